@@ -1,0 +1,352 @@
+"""Phase 1: turn the validated spec into Spark column expressions, checked against schemas.
+
+Decides, per clause, the condition and the new value of every output column (``*``
+resolved by name, every value cast to the target type), which clause acts on a joined row
+(first whose condition holds; NULL counts as false), whether an update changes anything
+(null-safe), and what the ``on`` condition lets the scan prune. Every problem that needs
+the schemas — unknown columns, a not_matched clause reading the target, a non-boolean or
+non-deterministic condition, an impossible cast — is collected and raised once here,
+before any data is read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, DataType, NullType, StructField
+from pyspark.sql.utils import AnalysisException
+
+from .errors import MergeSpecError
+from .spec import Clause, MergeSpec
+from .table import TargetTable
+
+PREFIX = "__rowmerge_"
+SRC_PRESENT = PREFIX + "src"  # literal true on every source row: NULL after an outer join = no match
+TGT_PRESENT = PREFIX + "tgt"
+FILE = PREFIX + "file"  # _metadata.file_path of the target row
+ROW = PREFIX + "row"  # row position inside its file (row_index, or a per-scan id for ORC)
+SIZE = PREFIX + "size"  # _metadata.file_size
+CAST_ERROR_MARK = "ROWMERGE_CAST_ERROR"
+NO_ACTION = -1
+
+
+def q(*parts: str) -> str:
+    """Quote a (qualified) column name for F.col."""
+    return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return re.sub(r"\s*SQLSTATE: \w+", "", text)
+
+
+@dataclass
+class ResolvedClause:
+    """A clause with Spark expressions: condition and new values (output column -> value)."""
+
+    clause: Clause
+    index: int  # position among clauses of the same kind
+    condition: Column | None
+    values: dict[str, Column] = field(default_factory=dict)  # missing column = keep old value
+
+    @property
+    def action(self) -> str:
+        return self.clause.action
+
+
+@dataclass
+class MergePlan:
+    spec: MergeSpec
+    target: TargetTable
+    output_fields: list[StructField]  # data columns (+ evolved ones), then partition columns
+    new_fields: list[StructField]  # added by schema evolution
+    on: Column
+    matched: list[ResolvedClause]
+    not_matched: list[ResolvedClause]
+    not_matched_by_source: list[ResolvedClause]
+    key_pairs: list[tuple[str, str]]  # (target column, source expression) of `=` conjuncts in on
+    target_only_conjuncts: list[str]  # conjuncts of on that read only the target
+
+    # -- row classification (valid on any frame that has both aliases) --------------------
+    @property
+    def ta(self) -> str:
+        return self.spec.target_alias
+
+    @property
+    def sa(self) -> str:
+        return self.spec.source_alias
+
+    def src_present(self) -> Column:
+        return F.col(q(self.sa, SRC_PRESENT)).isNotNull()
+
+    def tgt_present(self) -> Column:
+        return F.col(q(self.ta, TGT_PRESENT)).isNotNull()
+
+    def old(self, name: str) -> Column:
+        if any(f.name == name for f in self.new_fields):
+            typ = next(f.dataType for f in self.new_fields if f.name == name)
+            return F.lit(None).cast(typ)
+        return F.col(q(self.ta, name))
+
+    @staticmethod
+    def action_index(clauses: list[ResolvedClause]) -> Column:
+        """Index of the first clause whose condition holds, else NO_ACTION."""
+        if not clauses:
+            return F.lit(NO_ACTION)
+        expr = None
+        for rc in clauses:
+            cond = rc.condition if rc.condition is not None else F.lit(True)
+            expr = F.when(cond, F.lit(rc.index)) if expr is None else expr.when(cond, F.lit(rc.index))
+        assert expr is not None
+        return expr.otherwise(F.lit(NO_ACTION))
+
+    def changed(self, rc: ResolvedClause) -> Column:
+        """True if the update writes a value different (null-safe) from the old one."""
+        diffs = [~self.old(name).eqNullSafe(value) for name, value in rc.values.items()]
+        if not diffs:
+            return F.lit(False)
+        out = diffs[0]
+        for d in diffs[1:]:
+            out = out | d
+        return out
+
+    def output_value(self, name: str, matched_idx: Column, nmbs_idx: Column) -> Column:
+        """New value of ``name`` for a target row in the rewrite (old value if no update acts)."""
+        expr = None
+        for kind_active, idx, clauses in (
+            (self.src_present(), matched_idx, self.matched),
+            (~self.src_present(), nmbs_idx, self.not_matched_by_source),
+        ):
+            for rc in clauses:
+                if rc.action != "update" or name not in rc.values:
+                    continue
+                cond = kind_active & (idx == rc.index)
+                expr = F.when(cond, rc.values[name]) if expr is None else expr.when(cond, rc.values[name])
+        return self.old(name) if expr is None else expr.otherwise(self.old(name))
+
+    def insert_value(self, name: str, nm_idx: Column, typ: DataType) -> Column:
+        expr = None
+        for rc in self.not_matched:
+            value = rc.values.get(name, F.lit(None).cast(typ))
+            expr = F.when(nm_idx == rc.index, value) if expr is None else expr.when(nm_idx == rc.index, value)
+        return F.lit(None).cast(typ) if expr is None else expr
+
+    def key_sample(self) -> Column:
+        """A readable rendering of the target row's key columns, for error messages."""
+        cols = [t for t, _ in self.key_pairs] or [self.target.columns[0]]
+        parts = []
+        for c in cols:
+            parts.append(F.lit(f"{c}="))
+            parts.append(F.coalesce(F.col(q(self.ta, c)).cast("string"), F.lit("NULL")))
+            parts.append(F.lit(", "))
+        return F.concat(*parts[:-1])
+
+
+# -- construction and validation ------------------------------------------------------------
+
+
+def _split_conjuncts(sql: str) -> list[str]:
+    """Split on top-level AND (outside parentheses and quotes)."""
+    out, depth, quote, start, i = [], 0, "", 0, 0
+    low = sql.lower()
+    while i < len(sql):
+        ch = sql[i]
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0 and low.startswith("and", i) and (i == 0 or not (low[i - 1].isalnum() or low[i - 1] == "_")):
+            end = i + 3
+            if end < len(low) and (low[end].isalnum() or low[end] == "_"):
+                i += 1
+                continue
+            out.append(sql[start:i])
+            start = end
+            i = end
+            continue
+        i += 1
+    out.append(sql[start:])
+    return [c.strip() for c in out if c.strip()]
+
+
+def _ident(alias: str) -> str:
+    return rf"`?{re.escape(alias)}`?\s*\.\s*`?([A-Za-z_][A-Za-z0-9_]*)`?"
+
+
+def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_df: DataFrame) -> MergePlan:
+    """Resolve every clause against the schemas; raise MergeSpecError listing all problems."""
+    problems: list[str] = []
+    ta, sa = spec.target_alias, spec.source_alias
+    s_ctx = source.alias(sa)
+    t_ctx = target_df.alias(ta)
+
+    reserved = [c for c in source.columns if c.lower().startswith(PREFIX)]
+    if reserved:
+        problems.append(f"source column(s) {', '.join(reserved)} use the reserved prefix {PREFIX}")
+
+    src_by_lower = {c.lower(): c for c in source.columns if not c.lower().startswith(PREFIX)}
+    tgt_lower = {f.name.lower() for f in target.schema.fields}
+    uses_star = any(c.star for c in spec.clauses)
+    new_fields: list[StructField] = []
+    if spec.schema_evolution and uses_star:
+        for f in source.schema.fields:
+            if f.name.lower() not in tgt_lower and not f.name.lower().startswith(PREFIX):
+                new_fields.append(StructField(f.name, f.dataType, True))
+    part_lower = {p.lower() for p in target.partition_columns}
+    data_fields = [f for f in target.schema.fields if f.name.lower() not in part_lower]
+    part_fields = [f for f in target.schema.fields if f.name.lower() in part_lower]
+    output_fields = data_fields + new_fields + part_fields
+
+    # `on`: must resolve over both sides, be boolean and deterministic.
+    try:
+        on_col = F.expr(spec.on)
+        joined = s_ctx.join(t_ctx, on_col, "inner")
+        if not joined._jdf.queryExecution().analyzed().deterministic():
+            problems.append(f"`on` ({spec.on}) is non-deterministic; a merge condition must be repeatable")
+    except AnalysisException as exc:
+        problems.append(f"`on` ({spec.on}) cannot be resolved: {_short(exc)}")
+        raise MergeSpecError(problems) from None
+
+    def check(ctx: DataFrame, text: str, what: str, boolean: bool, scope_hint: str | None) -> Column | None:
+        try:
+            col = F.expr(text)
+            probe = ctx.select(col.alias("v"))
+        except AnalysisException as exc:
+            if scope_hint is not None:
+                try:
+                    joined.select(F.expr(text))
+                    problems.append(f"{what} ({text}) may reference only {scope_hint}")
+                    return None
+                except AnalysisException:
+                    pass
+            problems.append(f"{what} ({text}) cannot be resolved: {_short(exc)}")
+            return None
+        dtype = probe.schema.fields[0].dataType
+        if boolean and not isinstance(dtype, (BooleanType, NullType)):
+            problems.append(f"{what} ({text}) must be a boolean expression, got {dtype.simpleString()}")
+        if not probe._jdf.queryExecution().analyzed().deterministic():
+            problems.append(f"{what} ({text}) is non-deterministic; conditions and values must be repeatable")
+        return col
+
+    def cast_to(col: Column, text: str, ctx: DataFrame, fld: StructField, what: str) -> Column:
+        try:
+            probe = ctx.select(col.alias("v"))
+            src_type = probe.schema.fields[0].dataType
+        except AnalysisException:
+            return col
+        if src_type == fld.dataType:
+            return col
+        try:
+            ctx.select(col.cast(fld.dataType))
+        except AnalysisException:
+            problems.append(
+                f"{what}: value ({text}) of type {src_type.simpleString()} cannot be cast to "
+                f"column '{fld.name}' of type {fld.dataType.simpleString()}"
+            )
+            return col
+        casted = col.try_cast(fld.dataType)
+        failure = col.isNotNull() & casted.isNull()
+        message = F.concat(
+            F.lit(f"{CAST_ERROR_MARK}[column '{fld.name}' ({fld.dataType.simpleString()}), value '"),
+            col.cast("string"),
+            F.lit(f"' from {text}]"),
+        )
+        return F.when(failure, F.raise_error(message)).otherwise(casted)
+
+    resolved: dict[str, list[ResolvedClause]] = {"matched": [], "not_matched": [], "not_matched_by_source": []}
+    contexts = {
+        "matched": (joined, None),
+        "not_matched": (s_ctx, f"the source ({sa}); a not_matched row has no target row"),
+        "not_matched_by_source": (t_ctx, f"the target ({ta}); such a row has no source row"),
+    }
+    for clause in spec.clauses:
+        ctx, hint = contexts[clause.when]
+        label = clause.label
+        cond = None
+        if clause.condition is not None:
+            cond = check(ctx, clause.condition, f"{label} condition", True, hint)
+        rc = ResolvedClause(clause, len(resolved[clause.when]), cond)
+        if clause.action in ("update", "insert"):
+            key = "set" if clause.action == "update" else "values"
+            if clause.assignments is None:  # `*`, by name
+                if clause.when == "not_matched_by_source":
+                    problems.append(f"{label}: `{key}: *` needs a source row; list the columns to set")
+                for fld in output_fields:
+                    src_name = src_by_lower.get(fld.name.lower())
+                    if src_name is None:
+                        if spec.schema_evolution:
+                            if clause.action == "insert":
+                                rc.values[fld.name] = F.lit(None).cast(fld.dataType)
+                            continue  # update *: leave unchanged
+                        problems.append(
+                            f"{label}: `{key}: *` needs source column '{fld.name}' (target column "
+                            "missing from the source); add it to the model SQL, or list the "
+                            "columns explicitly (merge_update_columns / merge_exclude_columns)"
+                        )
+                        continue
+                    col = F.col(q(sa, src_name))
+                    rc.values[fld.name] = cast_to(col, f"{sa}.{src_name}", ctx, fld, label)
+            else:
+                seen: set[str] = set()
+                for name, text in clause.assignments:
+                    if name.lower() in seen:
+                        problems.append(f"{label}: column '{name}' is assigned twice in `{key}`")
+                        continue
+                    seen.add(name.lower())
+                    match = [f for f in output_fields if f.name.lower() == name.lower()]
+                    if not match:
+                        problems.append(
+                            f"{label}: `{key}` names column '{name}', which the target "
+                            f"{target.name} does not have (columns: {', '.join(target.columns)})"
+                        )
+                        continue
+                    col = check(ctx, text, f"{label} `{key}` for '{name}'", False, hint)
+                    if col is not None:
+                        rc.values[match[0].name] = cast_to(col, text, ctx, match[0], label)
+        resolved[clause.when].append(rc)
+
+    # What `on` lets the scan prune: `target.col = source.col` conjuncts and target-only ones.
+    key_pairs: list[tuple[str, str]] = []
+    target_only: list[str] = []
+    t_ref, s_ref = _ident(ta), _ident(sa)
+    for conj in _split_conjuncts(spec.on):
+        body = conj
+        while body.startswith("(") and body.endswith(")"):
+            body = body[1:-1].strip()
+        m = re.fullmatch(rf"{t_ref}\s*=\s*({s_ref})", body, re.IGNORECASE) or None
+        if m:
+            pair = (m.group(1), m.group(2))
+        else:
+            m2 = re.fullmatch(rf"({s_ref})\s*=\s*{t_ref}", body, re.IGNORECASE)
+            pair = (m2.group(3), m2.group(1)) if m2 else None
+        if pair and target.has_column(pair[0]):
+            key_pairs.append((target.field(pair[0]).name, pair[1]))
+            continue
+        try:
+            t_ctx.select(F.expr(body))
+            target_only.append(body)
+        except AnalysisException:
+            pass
+
+    if problems:
+        raise MergeSpecError(problems)
+    return MergePlan(
+        spec=spec,
+        target=target,
+        output_fields=output_fields,
+        new_fields=new_fields,
+        on=on_col,
+        matched=resolved["matched"],
+        not_matched=resolved["not_matched"],
+        not_matched_by_source=resolved["not_matched_by_source"],
+        key_pairs=key_pairs,
+        target_only_conjuncts=target_only,
+    )

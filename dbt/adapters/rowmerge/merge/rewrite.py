@@ -1,0 +1,132 @@
+"""Phase 4: write the new files — rewritten touched files (copy-on-write) plus inserts.
+
+Only touched files are read here (a ``_metadata.file_path`` filter prunes the listing).
+Their rows are joined with the source (target preserved) and each is kept, updated or
+dropped by the clause that acts on it; copied rows keep their values. Inserts are source
+rows that match no target row at all (an anti-join with the pruned target), so a matched
+source row whose matched clauses do not act is never inserted. Both go out in one write
+job into the commit's staging folder, partitioned like the table, in about as many files
+as were rewritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pyspark.sql.types import StructType
+
+from .plan import FILE, NO_ACTION, ROW, MergePlan, ResolvedClause
+from .scan import ScanResult, target_frame
+from .source import MaterializedSource
+from .storage import Storage
+
+
+def _deleted(clauses: list[ResolvedClause], idx: Column) -> Column:
+    parts = [idx == rc.index for rc in clauses if rc.action == "delete"]
+    if not parts:
+        return F.lit(False)
+    return F.coalesce(reduce(lambda a, b: a | b, parts), F.lit(False))
+
+
+def rewritten_rows(
+    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str]
+) -> DataFrame:
+    """All rows of the touched files after the merge (deleted rows dropped)."""
+    target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
+    joined = target.alias(plan.ta).join(source.df.alias(plan.sa), plan.on, "left_outer")
+    src = plan.src_present()
+    m_idx = F.when(src, plan.action_index(plan.matched)).otherwise(F.lit(NO_ACTION))
+    b_idx = F.when(~src, plan.action_index(plan.not_matched_by_source)).otherwise(F.lit(NO_ACTION))
+    gone = _deleted(plan.matched, m_idx) | _deleted(plan.not_matched_by_source, b_idx)
+    out = joined.where(~gone).select(
+        *[plan.output_value(f.name, m_idx, b_idx).alias(f.name) for f in plan.output_fields],
+        F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE),
+        F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW),
+    )
+    if not plan.matched:
+        # No matched clause means no cardinality rule: a target row matched by several
+        # source rows appears several times in the join but must be copied once.
+        out = out.dropDuplicates([FILE, ROW])
+    return out.drop(FILE, ROW)
+
+
+def inserted_rows(plan: MergePlan, source: MaterializedSource, target: DataFrame) -> DataFrame:
+    """Source rows that match no target row and that a not_matched clause inserts."""
+    unmatched = source.df.alias(plan.sa).join(target.alias(plan.ta), plan.on, "left_anti")
+    nm_idx = plan.action_index(plan.not_matched)
+    return unmatched.where(nm_idx != NO_ACTION).select(
+        *[plan.insert_value(f.name, nm_idx, f.dataType).alias(f.name) for f in plan.output_fields]
+    )
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    path: str  # qualified Hadoop path inside the staging folder
+    size: int
+    rows: int
+
+
+def write_changes(
+    spark: SparkSession,
+    plan: MergePlan,
+    source: MaterializedSource,
+    target: DataFrame,
+    scan: ScanResult | None,
+    staging: str,
+    storage: Storage,
+) -> list[StagedFile]:
+    """Write rewritten + inserted rows into ``staging``; return the non-empty files written."""
+    parts: list[DataFrame] = []
+    touched = [f.path for f in scan.touched] if scan else []
+    if touched:
+        parts.append(rewritten_rows(spark, plan, source, touched))
+    if plan.not_matched and (scan is None or scan.inserted > 0):
+        parts.append(inserted_rows(plan, source, target))
+    if not parts:
+        return []
+    out = reduce(lambda a, b: a.unionByName(b), parts)
+    pcols = list(plan.target.partition_columns)
+    rows_per_file = scan.max_rows_per_file if scan else 0
+    if touched:
+        expected_rows = sum(f.rows_read for f in scan.touched) + (scan.inserted if scan else 0)
+        n_files = max(1, -(-expected_rows // max(rows_per_file, 1)))
+        out = out.repartition(n_files, *pcols) if pcols else out.repartition(n_files)
+    elif pcols:
+        out = out.repartition(*pcols)
+    writer = out.write.format(plan.target.file_format)
+    if pcols:
+        writer = writer.partitionBy(*pcols)
+    if rows_per_file:
+        writer = writer.option("maxRecordsPerFile", rows_per_file)
+    writer.save(staging)
+    return staged_files(spark, plan, staging, storage)
+
+
+def staged_files(spark: SparkSession, plan: MergePlan, staging: str, storage: Storage) -> list[StagedFile]:
+    """List what the write produced with row counts (from footers); drop empty files."""
+    listed = storage.list_data_files(staging)
+    if not listed:
+        return []
+    schema = StructType(plan.output_fields)
+    counts = (
+        spark.read.format(plan.target.file_format)
+        .schema(schema)
+        .option("basePath", staging)
+        .load(staging)
+        .groupBy(F.col("_metadata.file_path").alias("p"))
+        .count()
+        .collect()
+    )
+    rows = {storage.from_spark_path(r["p"]): int(r["count"]) for r in counts}
+    out = []
+    for f in listed:
+        n = rows.get(storage.qualify(f.path), 0)
+        if n == 0:
+            storage.delete(f.path)
+            continue
+        out.append(StagedFile(storage.qualify(f.path), f.size, n))
+    return out

@@ -1,0 +1,62 @@
+"""Phase 2: materialize the source exactly once, before the target is read.
+
+A model's SQL often reads ``{{ this }}``; evaluating it again after files were rewritten
+would see a different table. ``localCheckpoint`` runs the source plan once and cuts its
+lineage, so no later job can silently re-evaluate it. The same job counts the rows and
+collects the key statistics the scan uses to prune the target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.utils import AnalysisException
+
+from .errors import UnsupportedTableError
+from .plan import SRC_PRESENT, MergePlan
+
+# A partition key with at most this many distinct source values is pruned with IN (...);
+# more values fall back to a min/max range.
+MAX_IN_LIST_VALUES = 1000
+
+
+@dataclass
+class MaterializedSource:
+    df: DataFrame  # checkpointed, with SRC_PRESENT
+    num_rows: int
+    key_stats: dict[str, dict[str, Any]] = field(default_factory=dict)  # target col -> stats
+
+
+def read_source(spark: SparkSession, name: str) -> DataFrame:
+    try:
+        return spark.table(name)
+    except AnalysisException as exc:
+        raise UnsupportedTableError(
+            f"MERGE source {name} cannot be read: {str(exc).splitlines()[0]}"
+        ) from None
+
+
+def materialize(spark: SparkSession, plan: MergePlan, source: DataFrame) -> MaterializedSource:
+    """Checkpoint ``source`` and gather its row count and per-key pruning statistics."""
+    df = source.withColumn(SRC_PRESENT, F.lit(True)).localCheckpoint(eager=True)
+    aliased = df.alias(plan.sa)
+    aggs = [F.count(F.lit(1)).alias("n")]
+    partition_cols = {c.lower() for c in plan.target.partition_columns}
+    for i, (tcol, sexpr) in enumerate(plan.key_pairs):
+        value = F.expr(sexpr)
+        aggs += [F.min(value).alias(f"min{i}"), F.max(value).alias(f"max{i}")]
+        if tcol.lower() in partition_cols:
+            aggs.append(F.slice(F.collect_set(value), 1, MAX_IN_LIST_VALUES + 1).alias(f"set{i}"))
+    row = aliased.agg(*aggs).collect()[0]
+    stats: dict[str, dict[str, Any]] = {}
+    for i, (tcol, _) in enumerate(plan.key_pairs):
+        entry: dict[str, Any] = {"min": row[f"min{i}"], "max": row[f"max{i}"]}
+        if f"set{i}" in row.asDict() and row[f"set{i}"] is not None:
+            values = list(row[f"set{i}"])
+            if len(values) <= MAX_IN_LIST_VALUES:
+                entry["values"] = values
+        stats[tcol] = entry
+    return MaterializedSource(df=df, num_rows=int(row["n"]), key_stats=stats)

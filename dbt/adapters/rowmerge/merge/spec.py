@@ -1,0 +1,297 @@
+"""Phase 0: parse and statically validate the clause spec (DESIGN §4).
+
+The spec is plain data (what the dbt macros emit, or what a Python caller writes). This
+module is the one boundary where it is checked: it collects *every* problem and raises
+once, naming the offending key, before Spark is touched. Checks that need the tables'
+schemas (column names, expression resolution) live in ``plan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import MergeSpecError
+
+SPEC_VERSION = 1
+DEFAULT_TARGET_ALIAS = "DBT_INTERNAL_DEST"
+DEFAULT_SOURCE_ALIAS = "DBT_INTERNAL_SOURCE"
+DEFAULT_SKIP_UNCHANGED_UPDATES = True
+DEFAULT_SCHEMA_EVOLUTION = False
+DEFAULT_LOCK_TIMEOUT_S = 600.0
+
+WHEN_KINDS = ("matched", "not_matched", "not_matched_by_source")
+ACTIONS_BY_WHEN: dict[str, tuple[str, ...]] = {
+    "matched": ("update", "delete"),
+    "not_matched": ("insert",),
+    "not_matched_by_source": ("update", "delete"),
+}
+# Spellings users bring from SQL; normalised before validation.
+WHEN_ALIASES = {
+    "not_matched_by_target": "not_matched",
+    "not matched": "not_matched",
+    "not matched by target": "not_matched",
+    "not matched by source": "not_matched_by_source",
+}
+TOP_LEVEL_KEYS = {
+    "version",
+    "target",
+    "source",
+    "target_alias",
+    "source_alias",
+    "on",
+    "clauses",
+    "skip_unchanged_updates",
+    "change_data_feed",
+    "schema_evolution",
+    "lock_timeout_s",
+}
+CLAUSE_KEYS = {"when", "action", "condition", "set", "values"}
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One resolved WHEN clause. ``assignments`` is None for ``*``."""
+
+    when: str
+    action: str
+    condition: str | None
+    assignments: tuple[tuple[str, str], ...] | None
+    position: int  # index in the user's clause list, for messages
+
+    @property
+    def star(self) -> bool:
+        return self.action in ("update", "insert") and self.assignments is None
+
+    @property
+    def label(self) -> str:
+        return f"clauses[{self.position}] (when: {self.when}, action: {self.action})"
+
+
+@dataclass(frozen=True)
+class MergeSpec:
+    """The validated spec; everything downstream trusts it."""
+
+    target: str
+    source: str
+    on: str
+    clauses: tuple[Clause, ...]
+    target_alias: str = DEFAULT_TARGET_ALIAS
+    source_alias: str = DEFAULT_SOURCE_ALIAS
+    skip_unchanged_updates: bool = DEFAULT_SKIP_UNCHANGED_UPDATES
+    change_data_feed: Mapping[str, Any] | None = None
+    schema_evolution: bool = DEFAULT_SCHEMA_EVOLUTION
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def of_kind(self, when: str) -> tuple[Clause, ...]:
+        return tuple(c for c in self.clauses if c.when == when)
+
+    @property
+    def matched(self) -> tuple[Clause, ...]:
+        return self.of_kind("matched")
+
+    @property
+    def not_matched(self) -> tuple[Clause, ...]:
+        return self.of_kind("not_matched")
+
+    @property
+    def not_matched_by_source(self) -> tuple[Clause, ...]:
+        return self.of_kind("not_matched_by_source")
+
+    @property
+    def enforces_cardinality(self) -> bool:
+        """Spark/Iceberg rule: any matched clause, unless it is a lone unconditional delete."""
+        m = self.matched
+        if not m:
+            return False
+        return not (len(m) == 1 and m[0].action == "delete" and m[0].condition is None)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def _check_assignments(
+    key: str, value: Any, where: str, problems: list[str]
+) -> tuple[tuple[str, str], ...] | None:
+    if value == "*":
+        return None
+    if isinstance(value, Mapping) and value:
+        out = []
+        for col, expr in value.items():
+            if not _is_str(col):
+                problems.append(f"{where}: `{key}` has an empty column name")
+            elif not isinstance(expr, (str, int, float, bool)) or (
+                isinstance(expr, str) and not expr.strip()
+            ):
+                problems.append(
+                    f"{where}: `{key}` value for column '{col}' must be a SQL expression string"
+                )
+            else:
+                text = str(expr).lower() if isinstance(expr, bool) else str(expr)
+                out.append((str(col), text))
+        return tuple(out)
+    problems.append(
+        f"{where}: `{key}` must be \"*\" or a mapping of target column to SQL expression, "
+        f"got {value!r}"
+    )
+    return None
+
+
+def static_problems(raw: Mapping[str, Any]) -> list[str]:
+    """Every problem visible without Spark, as user-facing strings (empty = valid)."""
+    try:
+        parse_spec(raw)
+    except MergeSpecError as exc:
+        return exc.problems
+    return []
+
+
+def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
+    """Validate ``raw`` and return the resolved :class:`MergeSpec`, or raise MergeSpecError."""
+    problems: list[str] = []
+    if not isinstance(raw, Mapping):
+        raise MergeSpecError([f"the spec must be a mapping, got {type(raw).__name__}"])
+
+    unknown = sorted(set(raw) - TOP_LEVEL_KEYS)
+    if unknown:
+        problems.append(
+            f"unknown spec key(s) {', '.join(unknown)}; expected some of "
+            f"{', '.join(sorted(TOP_LEVEL_KEYS))}"
+        )
+    version = raw.get("version", SPEC_VERSION)
+    if version != SPEC_VERSION:
+        problems.append(f"`version` must be {SPEC_VERSION}, got {version!r}")
+    for key in ("target", "source", "on"):
+        if not _is_str(raw.get(key)):
+            hint = (
+                " (set `unique_key`, or write `on` in merge_clauses config)" if key == "on" else ""
+            )
+            problems.append(f"`{key}` is required and must be a non-empty string{hint}")
+    target_alias = raw.get("target_alias") or DEFAULT_TARGET_ALIAS
+    source_alias = raw.get("source_alias") or DEFAULT_SOURCE_ALIAS
+    for key, alias in (("target_alias", target_alias), ("source_alias", source_alias)):
+        if not isinstance(alias, str) or not alias.replace("_", "").isalnum():
+            problems.append(f"`{key}` must be a plain identifier, got {alias!r}")
+    if isinstance(target_alias, str) and isinstance(source_alias, str):
+        if target_alias.lower() == source_alias.lower():
+            problems.append("`target_alias` and `source_alias` must differ")
+
+    for key, default in (
+        ("skip_unchanged_updates", DEFAULT_SKIP_UNCHANGED_UPDATES),
+        ("schema_evolution", DEFAULT_SCHEMA_EVOLUTION),
+    ):
+        if not isinstance(raw.get(key, default), bool):
+            problems.append(f"`{key}` must be true or false, got {raw.get(key)!r}")
+    lock_timeout = raw.get("lock_timeout_s", DEFAULT_LOCK_TIMEOUT_S)
+    if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or lock_timeout < 0:
+        problems.append(f"`lock_timeout_s` must be a number of seconds >= 0, got {lock_timeout!r}")
+
+    cdf = raw.get("change_data_feed")
+    if cdf is not None and not (isinstance(cdf, Mapping) and _is_str(cdf.get("table"))):
+        problems.append(
+            "`change_data_feed` must be null or a mapping with a `table` name, got " f"{cdf!r}"
+        )
+
+    clauses = _parse_clauses(raw.get("clauses"), problems)
+    if problems:
+        raise MergeSpecError(problems)
+    return MergeSpec(
+        target=str(raw["target"]).strip(),
+        source=str(raw["source"]).strip(),
+        on=str(raw["on"]).strip(),
+        clauses=clauses,
+        target_alias=str(target_alias),
+        source_alias=str(source_alias),
+        skip_unchanged_updates=bool(raw.get("skip_unchanged_updates", DEFAULT_SKIP_UNCHANGED_UPDATES)),
+        change_data_feed=cdf,
+        schema_evolution=bool(raw.get("schema_evolution", DEFAULT_SCHEMA_EVOLUTION)),
+        lock_timeout_s=float(lock_timeout),
+        raw=dict(raw),
+    )
+
+
+def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
+    if not isinstance(raw_clauses, (list, tuple)) or not raw_clauses:
+        problems.append("`clauses` must be a non-empty list of WHEN clauses")
+        return ()
+    clauses: list[Clause] = []
+    for i, rc in enumerate(raw_clauses):
+        where = f"clauses[{i}]"
+        if not isinstance(rc, Mapping):
+            problems.append(f"{where}: each clause must be a mapping, got {rc!r}")
+            continue
+        extra = sorted(set(rc) - CLAUSE_KEYS)
+        if extra:
+            problems.append(
+                f"{where}: unknown key(s) {', '.join(extra)}; a clause has "
+                "when, action, condition, set (update) or values (insert)"
+            )
+        when = str(rc.get("when", "")).strip().lower()
+        when = WHEN_ALIASES.get(when, when)
+        action = str(rc.get("action", "")).strip().lower()
+        if when not in WHEN_KINDS:
+            problems.append(
+                f"{where}: unknown `when` {rc.get('when')!r}; use one of {', '.join(WHEN_KINDS)}"
+            )
+            continue
+        where = f"clauses[{i}] (when: {when})"
+        if action not in ("update", "delete", "insert"):
+            problems.append(
+                f"{where}: unknown `action` {rc.get('action')!r}; use one of "
+                f"{', '.join(ACTIONS_BY_WHEN[when])}"
+            )
+            continue
+        if action not in ACTIONS_BY_WHEN[when]:
+            problems.append(
+                f"{where}: action '{action}' is not allowed here; when: {when} allows "
+                f"{' or '.join(ACTIONS_BY_WHEN[when])}"
+                + (" (insert is only for when: not_matched)" if action == "insert" else "")
+            )
+            continue
+        condition = rc.get("condition")
+        if condition is not None and not _is_str(condition):
+            if isinstance(condition, bool):
+                condition = str(condition).lower()
+            else:
+                problems.append(f"{where}: `condition` must be a SQL boolean expression string")
+                condition = None
+        assignments: tuple[tuple[str, str], ...] | None = None
+        if action == "update":
+            if "values" in rc:
+                problems.append(f"{where}: `values` is for insert; an update takes `set`")
+            if "set" not in rc:
+                problems.append(f"{where}: an update needs `set` (\"*\" or a column mapping)")
+            else:
+                assignments = _check_assignments("set", rc["set"], where, problems)
+        elif action == "insert":
+            if "set" in rc:
+                problems.append(f"{where}: `set` is for update; an insert takes `values`")
+            if "values" not in rc:
+                problems.append(f"{where}: an insert needs `values` (\"*\" or a column mapping)")
+            else:
+                assignments = _check_assignments("values", rc["values"], where, problems)
+        else:
+            for key in ("set", "values"):
+                if key in rc:
+                    problems.append(f"{where}: a delete takes no `{key}`")
+        clauses.append(
+            Clause(
+                when=when,
+                action=action,
+                condition=condition.strip() if isinstance(condition, str) else None,
+                assignments=assignments,
+                position=i,
+            )
+        )
+    for kind in WHEN_KINDS:
+        of_kind = [c for c in clauses if c.when == kind]
+        for c in of_kind[:-1]:
+            if c.condition is None:
+                problems.append(
+                    f"clauses[{c.position}] (when: {kind}): only the last {kind} clause may omit "
+                    f"`condition`; a clause after it could never act. Add a condition or move it last"
+                )
+    return tuple(clauses)
