@@ -1,0 +1,89 @@
+{#--
+  The incremental materialization for adapter `rowmerge`: dbt-spark's, with one more
+  strategy. `row_level_merge` builds the source as a temporary view, applies
+  on_schema_change, compiles the clause spec and hands it to the Python engine; every other
+  strategy takes exactly dbt-spark's path (same validation messages, same SQL).
+--#}
+{% materialization incremental, adapter='rowmerge', supported_languages=['sql', 'python'] -%}
+  {%- set raw_file_format = config.get('file_format', default='parquet') -%}
+  {%- set raw_strategy = config.get('incremental_strategy') or 'append' -%}
+  {%- set grant_config = config.get('grants') -%}
+
+  {%- set file_format = dbt_spark_validate_get_file_format(raw_file_format) -%}
+  {%- if raw_strategy == 'row_level_merge' -%}
+    {%- set strategy = rowmerge_validate_strategy(raw_strategy, file_format) -%}
+  {%- else -%}
+    {%- set strategy = dbt_spark_validate_get_incremental_strategy(raw_strategy, file_format) -%}
+  {%- endif -%}
+
+  {%- set unique_key = config.get('unique_key', none) -%}
+  {%- set partition_by = config.get('partition_by', none) -%}
+  {%- set language = model['language'] -%}
+  {%- set on_schema_change = incremental_validate_on_schema_change(config.get('on_schema_change'), default='ignore') -%}
+  {%- set incremental_predicates = config.get('predicates', none) or config.get('incremental_predicates', none) -%}
+  {%- set target_relation = this -%}
+  {%- set existing_relation = load_relation(this) -%}
+  {% set tmp_relation = this.incorporate(path = {"identifier": this.identifier ~ '__dbt_tmp'}) -%}
+
+  {%- if language == 'sql'-%}
+    {%- set tmp_relation = tmp_relation.include(database=false, schema=false) -%}
+  {%- endif -%}
+
+  {#-- Invalid merge config fails before anything runs, even on the first run. --#}
+  {%- if strategy == 'row_level_merge' -%}
+    {%- do rowmerge_validate_merge_config(strategy) -%}
+  {%- endif -%}
+
+  {%- if strategy in ['insert_overwrite', 'microbatch'] and partition_by -%}
+    {%- call statement() -%}
+      set spark.sql.sources.partitionOverwriteMode = DYNAMIC
+    {%- endcall -%}
+  {%- endif -%}
+
+  {{ run_hooks(pre_hooks) }}
+
+  {%- if existing_relation is none -%}
+    {%- call statement('main', language=language) -%}
+      {{ create_table_as(False, target_relation, compiled_code, language) }}
+    {%- endcall -%}
+    {% do persist_constraints(target_relation, model) %}
+  {%- elif existing_relation.is_view or should_full_refresh() -%}
+    {% set is_delta = (file_format == 'delta' and existing_relation.is_delta) %}
+    {% if not is_delta %}
+      {% do adapter.drop_relation(existing_relation) %}
+    {% endif %}
+    {%- call statement('main', language=language) -%}
+      {{ create_table_as(False, target_relation, compiled_code, language) }}
+    {%- endcall -%}
+    {% do persist_constraints(target_relation, model) %}
+  {%- else -%}
+    {%- call statement('create_tmp_relation', language=language) -%}
+      {{ create_table_as(True, tmp_relation, compiled_code, language) }}
+    {%- endcall -%}
+    {%- do process_schema_changes(on_schema_change, tmp_relation, existing_relation) -%}
+    {%- if strategy == 'row_level_merge' -%}
+      {%- set spec = rowmerge_merge_spec(target_relation, tmp_relation, on_schema_change) -%}
+      {%- set response = adapter.rowmerge_run_merge(spec) -%}
+      {%- do store_result('main', response=response) -%}
+    {%- else -%}
+      {%- call statement('main') -%}
+        {{ dbt_spark_get_incremental_sql(strategy, tmp_relation, target_relation, existing_relation, unique_key, incremental_predicates) }}
+      {%- endcall -%}
+    {%- endif -%}
+    {%- if language == 'python' -%}
+      {% call statement('drop_relation') -%}
+        drop table if exists {{ tmp_relation }}
+      {%- endcall %}
+    {%- endif -%}
+  {%- endif -%}
+
+  {% set should_revoke = should_revoke(existing_relation, full_refresh_mode) %}
+  {% do apply_grants(target_relation, grant_config, should_revoke) %}
+
+  {% do persist_docs(target_relation, model) %}
+
+  {{ run_hooks(post_hooks) }}
+
+  {{ return({'relations': [target_relation]}) }}
+
+{%- endmaterialization %}
