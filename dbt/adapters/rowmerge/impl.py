@@ -43,10 +43,14 @@ class RowMergeAdapterResponse(AdapterResponse):
 
     version: int | None = None
     metrics: dict[str, int] = field(default_factory=dict)
+    spec: dict[str, Any] = field(default_factory=dict)  # the compiled clause spec, for debugging
 
 
 class RowMergeAdapter(SparkAdapter):
     ConnectionManager = RowMergeConnectionManager  # type: ignore[assignment]
+
+    def valid_incremental_strategies(self) -> list[str]:
+        return ["append", "insert_overwrite", "microbatch", "merge", "row_level_merge"]
 
     @available
     def rowmerge_spec_problems(self, spec: dict[str, Any]) -> list[str]:
@@ -69,6 +73,7 @@ class RowMergeAdapter(SparkAdapter):
             rows_affected=m["numTargetRowsInserted"] + m["numTargetRowsUpdated"] + m["numTargetRowsDeleted"],
             version=result.version,
             metrics=m,
+            spec=dict(spec),
         )
 
     @available

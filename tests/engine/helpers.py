@@ -1,0 +1,94 @@
+"""Helpers for engine tests: build tables file by file, read rows and file listings."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+from pyspark.sql import SparkSession
+
+from dbt.adapters.rowmerge.merge import MergeResult, run_merge
+
+
+def create_table(
+    spark: SparkSession,
+    name: str,
+    schema: str,
+    files: Sequence[Sequence[tuple[Any, ...]]],
+    partition_by: Sequence[str] = (),
+    fmt: str = "parquet",
+) -> None:
+    """Create ``name`` with one data file per inner list (per partition value, if partitioned)."""
+    first = True
+    for rows in files:
+        df = spark.createDataFrame(list(rows), schema).coalesce(1)
+        if first:
+            writer = df.write.format(fmt)
+            if partition_by:
+                writer = writer.partitionBy(*partition_by)
+            writer.saveAsTable(name)
+            first = False
+        else:
+            df.write.insertInto(name)
+    spark.catalog.refreshTable(name)
+
+
+def source_view(spark: SparkSession, name: str, schema: str, rows: Sequence[tuple[Any, ...]]) -> str:
+    spark.createDataFrame(list(rows), schema).createOrReplaceTempView(name)
+    return name
+
+
+def rows(spark: SparkSession, name: str) -> list[tuple[Any, ...]]:
+    """All rows of ``name`` as sorted tuples (None sorts first)."""
+    spark.catalog.refreshTable(name)
+    data = [tuple(r) for r in spark.table(name).collect()]
+    return sorted(data, key=lambda t: tuple((v is not None, v) for v in t))
+
+
+def table_dir(spark: SparkSession, name: str) -> str:
+    loc = [r for r in spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect() if r[0] == "Location"][0][1]
+    return urlparse(loc).path
+
+
+def file_snapshot(spark: SparkSession, name: str) -> dict[str, tuple[int, int]]:
+    """Visible data files of ``name``: path -> (size, mtime_ns)."""
+    root = table_dir(spark, name)
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(("_", "."))]
+        for f in filenames:
+            if not f.startswith(("_", ".")):
+                p = os.path.join(dirpath, f)
+                st = os.stat(p)
+                out[p] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def merge(
+    spark: SparkSession,
+    target: str,
+    source: str,
+    clauses: list[dict[str, Any]],
+    on: str = "t.id = s.id",
+    **extra: Any,
+) -> MergeResult:
+    """Run a merge with the short aliases ``t`` (target) and ``s`` (source)."""
+    spec = {
+        "version": 1,
+        "target": target,
+        "source": source,
+        "target_alias": "t",
+        "source_alias": "s",
+        "on": on,
+        "clauses": clauses,
+        **extra,
+    }
+    return run_merge(spark, spec)
+
+
+UPSERT = [
+    {"when": "matched", "action": "update", "set": "*"},
+    {"when": "not_matched", "action": "insert", "values": "*"},
+]
