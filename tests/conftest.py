@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+# dbt's shared adapter-test fixtures (project, unique_schema, ...) for tests/functional.
+pytest_plugins = ["dbt.tests.fixtures.project"]
+
 
 def spark_conf(root: Path) -> dict[str, str]:
     """Settings for the shared test session (also used as the dbt profile's parameters)."""
