@@ -198,4 +198,4 @@ def register_partitions(spark: SparkSession, table: str, partitions: list[str]) 
         )
     # One statement per batch keeps the metastore round trips low.
     for i in range(0, len(specs), 100):
-        spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {' '.join(specs[i:i + 100])}")
+        spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {' '.join(specs[i : i + 100])}")

@@ -43,9 +43,7 @@ TIMER_NAMES = (
 class MergeMetrics:
     """Counters and timers of one merge; ``as_dict`` is what history and dbt report."""
 
-    values: dict[str, int] = field(
-        default_factory=lambda: {name: 0 for name in COUNTER_NAMES + TIMER_NAMES}
-    )
+    values: dict[str, int] = field(default_factory=lambda: {name: 0 for name in COUNTER_NAMES + TIMER_NAMES})
 
     def __getitem__(self, name: str) -> int:
         return self.values[name]

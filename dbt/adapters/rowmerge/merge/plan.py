@@ -163,7 +163,11 @@ def _split_conjuncts(sql: str) -> list[str]:
             depth += 1
         elif ch == ")":
             depth -= 1
-        elif depth == 0 and low.startswith("and", i) and (i == 0 or not (low[i - 1].isalnum() or low[i - 1] == "_")):
+        elif (
+            depth == 0
+            and low.startswith("and", i)
+            and (i == 0 or not (low[i - 1].isalnum() or low[i - 1] == "_"))
+        ):
             end = i + 3
             if end < len(low) and (low[end].isalnum() or low[end] == "_"):
                 i += 1
@@ -261,7 +265,11 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
         )
         return F.when(failure, F.raise_error(message)).otherwise(casted)
 
-    resolved: dict[str, list[ResolvedClause]] = {"matched": [], "not_matched": [], "not_matched_by_source": []}
+    resolved: dict[str, list[ResolvedClause]] = {
+        "matched": [],
+        "not_matched": [],
+        "not_matched_by_source": [],
+    }
     contexts = {
         "matched": (joined, None),
         "not_matched": (s_ctx, f"the source ({sa}); a not_matched row has no target row"),
@@ -270,7 +278,7 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
     for clause in spec.clauses:
         ctx, hint = contexts[clause.when]
         label = clause.label
-        cond = None
+        cond: Column | None = None
         if clause.condition is not None:
             cond = check(ctx, clause.condition, f"{label} condition", True, hint)
         rc = ResolvedClause(clause, len(resolved[clause.when]), cond)
@@ -308,9 +316,9 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
                             f"{target.name} does not have (columns: {', '.join(target.columns)})"
                         )
                         continue
-                    col = check(ctx, text, f"{label} `{key}` for '{name}'", False, hint)
-                    if col is not None:
-                        rc.values[match[0].name] = cast_to(col, text, ctx, match[0], label)
+                    value = check(ctx, text, f"{label} `{key}` for '{name}'", False, hint)
+                    if value is not None:
+                        rc.values[match[0].name] = cast_to(value, text, ctx, match[0], label)
         resolved[clause.when].append(rc)
 
     # What `on` lets the scan prune: `target.col = source.col` conjuncts and target-only ones.
@@ -321,7 +329,8 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
         body = conj
         while body.startswith("(") and body.endswith(")"):
             body = body[1:-1].strip()
-        m = re.fullmatch(rf"{t_ref}\s*=\s*({s_ref})", body, re.IGNORECASE) or None
+        pair: tuple[str, str] | None = None
+        m = re.fullmatch(rf"{t_ref}\s*=\s*({s_ref})", body, re.IGNORECASE)
         if m:
             pair = (m.group(1), m.group(2))
         else:

@@ -16,7 +16,6 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-
 from pyspark.sql.types import StructType
 
 from .plan import FILE, NO_ACTION, ROW, MergePlan, ResolvedClause
@@ -80,28 +79,24 @@ def write_changes(
     storage: Storage,
 ) -> list[StagedFile]:
     """Write rewritten + inserted rows into ``staging``; return the non-empty files written."""
+    pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
     touched = [f.path for f in scan.touched] if scan else []
     if touched:
-        parts.append(rewritten_rows(spark, plan, source, touched))
+        # As many output tasks as files replaced: sizes stay near the table's own, and each
+        # partition value lands in one task (one file per partition per task).
+        rewritten = rewritten_rows(spark, plan, source, touched)
+        parts.append(rewritten.repartition(len(touched), *pcols))
     if plan.not_matched and (scan is None or scan.inserted > 0):
-        parts.append(inserted_rows(plan, source, target))
+        inserts = inserted_rows(plan, source, target)
+        # Adaptive execution coalesces the shuffle into reasonably sized files.
+        parts.append(inserts.repartition(*pcols) if pcols else inserts)
     if not parts:
         return []
     out = reduce(lambda a, b: a.unionByName(b), parts)
-    pcols = list(plan.target.partition_columns)
-    rows_per_file = scan.max_rows_per_file if scan else 0
-    if touched:
-        expected_rows = sum(f.rows_read for f in scan.touched) + (scan.inserted if scan else 0)
-        n_files = max(1, -(-expected_rows // max(rows_per_file, 1)))
-        out = out.repartition(n_files, *pcols) if pcols else out.repartition(n_files)
-    elif pcols:
-        out = out.repartition(*pcols)
     writer = out.write.format(plan.target.file_format)
     if pcols:
         writer = writer.partitionBy(*pcols)
-    if rows_per_file:
-        writer = writer.option("maxRecordsPerFile", rows_per_file)
     writer.save(staging)
     return staged_files(spark, plan, staging, storage)
 

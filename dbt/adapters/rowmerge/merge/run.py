@@ -21,16 +21,16 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from .errors import CastError, MergeError
+from .errors import CastError
 from .journal import Journal, spec_digest, utc_now
 from .metrics import MergeMetrics, MergeResult, timed
-from .plan import CAST_ERROR_MARK, build_plan
-from .rewrite import write_changes
-from .scan import find_touched_files, pruned_target
-from .source import materialize, read_source
+from .plan import CAST_ERROR_MARK, MergePlan, build_plan
+from .rewrite import StagedFile, write_changes
+from .scan import FileStats, ScanResult, find_touched_files, pruned_target
+from .source import MaterializedSource, materialize, read_source
 from .spec import MergeSpec, parse_spec
 from .storage import Storage
-from .table import load_target
+from .table import TargetTable, load_target
 
 logger = logging.getLogger("rowmerge")
 
@@ -46,13 +46,12 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
     with timed(metrics, "executionTimeMs"):
         parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
         target = load_target(spark, parsed.target)
-        spark.catalog.refreshTable(target.name)
         journal = _journal(spark, target.location)
-        storage = journal.storage
         replayed = journal.recover(spark)
         if replayed:
             logger.info("rowmerge: recovered interrupted commit(s) %s of %s", replayed, target.name)
             target = load_target(spark, parsed.target)
+        spark.catalog.refreshTable(target.name)
 
         raw_source = read_source(spark, parsed.source)
         plan = build_plan(parsed, target, raw_source, target.read(spark))
@@ -61,104 +60,127 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
         with timed(metrics, "materializeSourceTimeMs"):
             source = materialize(spark, plan, raw_source)
         metrics["numSourceRows"] = source.num_rows
-        txn = journal.new_txn()
-        staging = journal.staging_dir(txn)
-        committed = False
         try:
-            metrics["numTargetFilesBeforeSkipping"] = len(target.read(spark).inputFiles())
-            pruned = pruned_target(spark, plan, source)
-            scan = None
-            with timed(metrics, "scanTimeMs"):
-                if plan.matched or plan.not_matched_by_source:
-                    logger.info(
-                        "rowmerge: scanning %s files of %s",
-                        metrics["numTargetFilesBeforeSkipping"],
-                        target.name,
-                    )
-                    scan = find_touched_files(spark, plan, source, pruned)
-            if scan is not None:
-                metrics["numTargetFilesAfterSkipping"] = scan.files_scanned
-                metrics["numTargetRowsMatchedUpdated"] = scan.matched_updated
-                metrics["numTargetRowsMatchedDeleted"] = scan.matched_deleted
-                metrics["numTargetRowsNotMatchedBySourceUpdated"] = scan.nmbs_updated
-                metrics["numTargetRowsNotMatchedBySourceDeleted"] = scan.nmbs_deleted
-            else:
-                metrics["numTargetFilesAfterSkipping"] = metrics["numTargetFilesBeforeSkipping"]
-
-            logger.info(
-                "rowmerge: rewriting %d file(s)%s",
-                len(scan.touched) if scan else 0,
-                " and writing inserts" if plan.not_matched else "",
-            )
-            with timed(metrics, "rewriteTimeMs"):
-                staged = write_changes(spark, plan, source, pruned, scan, staging, storage)
-
-            written = sum(f.rows for f in staged)
-            updated = metrics["numTargetRowsMatchedUpdated"] + metrics["numTargetRowsNotMatchedBySourceUpdated"]
-            metrics["numTargetRowsUpdated"] = updated
-            metrics["numTargetRowsDeleted"] = (
-                metrics["numTargetRowsMatchedDeleted"] + metrics["numTargetRowsNotMatchedBySourceDeleted"]
-            )
-            inserted = scan.inserted if scan is not None else written
-            metrics["numTargetRowsInserted"] = inserted
-            metrics["numTargetRowsCopied"] = max(0, written - updated - inserted) if scan and scan.touched else 0
-            removed = scan.touched if scan else []
-            metrics["numTargetFilesAdded"] = len(staged)
-            metrics["numTargetFilesRemoved"] = len(removed)
-            metrics["numTargetBytesAdded"] = sum(f.size for f in staged)
-            metrics["numTargetBytesRemoved"] = sum(f.size for f in removed)
-
-            if not staged and not removed:
-                logger.info("rowmerge: nothing to change in %s", target.name)
-                storage.delete(staging, recursive=True)
-                return MergeResult(journal.current_version(), metrics.as_dict(), target.name)
-
-            logger.info("rowmerge: committing %d new, %d replaced file(s)", len(staged), len(removed))
-            with timed(metrics, "commitTimeMs"):
-                added = [
-                    {"staged": f.path, "path": journal.final_path(txn, f.path), "size": f.size, "rows": f.rows}
-                    for f in staged
-                ]
-                partitions = sorted(
-                    {a["path"][len(journal.location) + 1 :].rsplit("/", 1)[0] for a in added}
-                ) if target.partition_columns else []
-                entry = {
-                    "table": target.name,
-                    "operation": "MERGE",
-                    "timestamp": utc_now(),
-                    "txn": txn,
-                    "spec_digest": spec_digest(parsed.raw or {}),
-                    "added": added,
-                    "removed": [
-                        {"path": storage.from_spark_path(f.path), "size": f.size, "rows": f.rows_read}
-                        for f in removed
-                    ],
-                    "partitions": partitions,
-                    "new_columns": [
-                        {"name": f.name, "type": f.dataType.simpleString()} for f in plan.new_fields
-                    ],
-                    "metrics": metrics.as_dict(),
-                }
-                version = journal.commit(entry)
-                committed = True
-                entry["version"] = version
-                journal.apply(spark, entry)
-        except MergeError:
-            raise
+            version = _merge(spark, plan, source, journal, metrics)
         except Exception as exc:
-            text = str(exc)
-            if CAST_ERROR_MARK in text:
-                m = re.search(re.escape(CAST_ERROR_MARK) + r"\[(.*?)\]", text)
-                raise CastError(target.name, 1, m.group(1) if m else text.splitlines()[0]) from None
+            _raise_cast_error(exc, target)
             raise
         finally:
-            if not committed:
-                storage.delete(staging, recursive=True)
             source.df.unpersist()
-    result_metrics = metrics.as_dict()
-    result = MergeResult(version, result_metrics, target.name)
+    result = MergeResult(version, metrics.as_dict(), target.name)
     logger.info("rowmerge: %s (version %d)", result.summary(), version)
     return result
+
+
+def _merge(
+    spark: SparkSession,
+    plan: MergePlan,
+    source: MaterializedSource,
+    journal: Journal,
+    metrics: MergeMetrics,
+) -> int:
+    """Phases 5-7; returns the committed version (the current one if nothing changed)."""
+    target = plan.target
+    metrics["numTargetFilesBeforeSkipping"] = len(target.read(spark).inputFiles())
+    pruned = pruned_target(spark, plan, source)
+    scan: ScanResult | None = None
+    if plan.matched or plan.not_matched_by_source:
+        logger.info("rowmerge: scanning %d files of %s", metrics["numTargetFilesBeforeSkipping"], target.name)
+        with timed(metrics, "scanTimeMs"):
+            scan = find_touched_files(spark, plan, source, pruned)
+    removed: list[FileStats] = scan.touched if scan else []
+
+    txn = journal.new_txn()
+    staging = journal.staging_dir(txn)
+    committed = False
+    try:
+        extra = " and writing inserts" if plan.not_matched else ""
+        logger.info("rowmerge: rewriting %d file(s)%s", len(removed), extra)
+        with timed(metrics, "rewriteTimeMs"):
+            staged = write_changes(spark, plan, source, pruned, scan, staging, journal.storage)
+        _record_counts(metrics, scan, staged, removed)
+        if not staged and not removed:
+            logger.info("rowmerge: nothing to change in %s", target.name)
+            return journal.current_version()
+
+        logger.info("rowmerge: committing %d new, %d replaced file(s)", len(staged), len(removed))
+        with timed(metrics, "commitTimeMs"):
+            entry = _entry(plan, journal, txn, staged, removed, metrics)
+            entry["version"] = journal.commit(entry)
+            committed = True
+            journal.apply(spark, entry)
+        return int(entry["version"])
+    finally:
+        if not committed:
+            journal.storage.delete(staging, recursive=True)
+
+
+def _record_counts(
+    metrics: MergeMetrics, scan: ScanResult | None, staged: list[StagedFile], removed: list[FileStats]
+) -> None:
+    written = sum(f.rows for f in staged)
+    if scan is not None:
+        metrics["numTargetFilesAfterSkipping"] = scan.files_scanned
+        metrics["numTargetRowsMatchedUpdated"] = scan.matched_updated
+        metrics["numTargetRowsMatchedDeleted"] = scan.matched_deleted
+        metrics["numTargetRowsNotMatchedBySourceUpdated"] = scan.nmbs_updated
+        metrics["numTargetRowsNotMatchedBySourceDeleted"] = scan.nmbs_deleted
+        inserted = scan.inserted
+    else:  # insert-only: no scan; every written row is an insert
+        metrics["numTargetFilesAfterSkipping"] = metrics["numTargetFilesBeforeSkipping"]
+        inserted = written
+    updated = scan.matched_updated + scan.nmbs_updated if scan else 0
+    metrics["numTargetRowsUpdated"] = updated
+    metrics["numTargetRowsDeleted"] = scan.matched_deleted + scan.nmbs_deleted if scan else 0
+    metrics["numTargetRowsInserted"] = inserted
+    # Rows written = rewritten (copied + updated) + inserted.
+    metrics["numTargetRowsCopied"] = max(0, written - updated - inserted) if removed else 0
+    metrics["numTargetFilesAdded"] = len(staged)
+    metrics["numTargetFilesRemoved"] = len(removed)
+    metrics["numTargetBytesAdded"] = sum(f.size for f in staged)
+    metrics["numTargetBytesRemoved"] = sum(f.size for f in removed)
+
+
+def _entry(
+    plan: MergePlan,
+    journal: Journal,
+    txn: str,
+    staged: list[StagedFile],
+    removed: list[FileStats],
+    metrics: MergeMetrics,
+) -> dict[str, Any]:
+    """The journal entry: everything recovery needs to finish the commit on its own."""
+    storage = journal.storage
+    added = [
+        {"staged": f.path, "path": journal.final_path(txn, f.path), "size": f.size, "rows": f.rows}
+        for f in staged
+    ]
+    partitions: list[str] = []
+    if plan.target.partition_columns:
+        rels = {str(a["path"])[len(journal.location) + 1 :] for a in added}
+        partitions = sorted({rel.rsplit("/", 1)[0] for rel in rels})
+    return {
+        "table": plan.target.name,
+        "operation": "MERGE",
+        "timestamp": utc_now(),
+        "txn": txn,
+        "spec_digest": spec_digest(plan.spec.raw or {}),
+        "added": added,
+        "removed": [
+            {"path": storage.from_spark_path(f.path), "size": f.size, "rows": f.rows_read} for f in removed
+        ],
+        "partitions": partitions,
+        "new_columns": [{"name": f.name, "type": f.dataType.simpleString()} for f in plan.new_fields],
+        "metrics": metrics.as_dict(),
+    }
+
+
+def _raise_cast_error(exc: Exception, target: TargetTable) -> None:
+    """Spark reports our cast check as a job failure; surface it as a CastError."""
+    text = str(exc)
+    if CAST_ERROR_MARK in text:
+        found = re.search(re.escape(CAST_ERROR_MARK) + r"\[(.*?)\]", text)
+        raise CastError(target.name, 1, found.group(1) if found else text.splitlines()[0]) from None
 
 
 def recover(spark: SparkSession, table_name: str) -> list[int]:

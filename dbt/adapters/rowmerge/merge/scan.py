@@ -27,11 +27,7 @@ MAX_CARDINALITY_SAMPLES = 5
 
 def target_frame(spark: SparkSession, plan: MergePlan) -> DataFrame:
     """The target table with file path, row position and size of every row."""
-    row = (
-        F.col("_metadata.row_index")
-        if plan.target.supports_row_index
-        else F.monotonically_increasing_id()
-    )
+    row = F.col("_metadata.row_index") if plan.target.supports_row_index else F.monotonically_increasing_id()
     return plan.target.read(spark).select(
         "*",
         F.col("_metadata.file_path").alias(FILE),
@@ -79,7 +75,6 @@ class ScanResult:
     nmbs_updated: int = 0
     nmbs_deleted: int = 0
     inserted: int = 0
-    max_rows_per_file: int = 0
 
 
 def _acting(clauses: list[ResolvedClause], idx: Column, action: str, plan: MergePlan) -> Column:
@@ -152,9 +147,9 @@ def find_touched_files(
         F.sum("b_del").alias("b_del"),
         F.sum("ins").alias("ins"),
         F.sum(dup.cast("int")).alias("dups"),
-        F.slice(
-            F.collect_list(F.when(dup, F.struct("key", "n_src"))), 1, MAX_CARDINALITY_SAMPLES
-        ).alias("dup_samples"),
+        F.slice(F.collect_list(F.when(dup, F.struct("key", "n_src"))), 1, MAX_CARDINALITY_SAMPLES).alias(
+            "dup_samples"
+        ),
         F.first("size").alias("size"),
     )
     result = ScanResult()
@@ -172,7 +167,6 @@ def find_touched_files(
         samples += [(s["key"], int(s["n_src"])) for s in (r["dup_samples"] or [])]
         if r["acts"]:
             result.touched.append(FileStats(r["f"], int(r["size"] or 0), int(r["rows"])))
-            result.max_rows_per_file = max(result.max_rows_per_file, int(r["rows"]))
     if plan.spec.enforces_cardinality and dup_rows:
         samples.sort()
         raise CardinalityViolation(plan.target.name, dup_rows, samples[:MAX_CARDINALITY_SAMPLES])

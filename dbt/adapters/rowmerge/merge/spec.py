@@ -126,16 +126,13 @@ def _check_assignments(
             elif not isinstance(expr, (str, int, float, bool)) or (
                 isinstance(expr, str) and not expr.strip()
             ):
-                problems.append(
-                    f"{where}: `{key}` value for column '{col}' must be a SQL expression string"
-                )
+                problems.append(f"{where}: `{key}` value for column '{col}' must be a SQL expression string")
             else:
                 text = str(expr).lower() if isinstance(expr, bool) else str(expr)
                 out.append((str(col), text))
         return tuple(out)
     problems.append(
-        f"{where}: `{key}` must be \"*\" or a mapping of target column to SQL expression, "
-        f"got {value!r}"
+        f'{where}: `{key}` must be "*" or a mapping of target column to SQL expression, got {value!r}'
     )
     return None
 
@@ -158,17 +155,14 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
     unknown = sorted(set(raw) - TOP_LEVEL_KEYS)
     if unknown:
         problems.append(
-            f"unknown spec key(s) {', '.join(unknown)}; expected some of "
-            f"{', '.join(sorted(TOP_LEVEL_KEYS))}"
+            f"unknown spec key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(TOP_LEVEL_KEYS))}"
         )
     version = raw.get("version", SPEC_VERSION)
     if version != SPEC_VERSION:
         problems.append(f"`version` must be {SPEC_VERSION}, got {version!r}")
     for key in ("target", "source", "on"):
         if not _is_str(raw.get(key)):
-            hint = (
-                " (set `unique_key`, or write `on` in merge_clauses config)" if key == "on" else ""
-            )
+            hint = " (set `unique_key`, or write `on` in merge_clauses config)" if key == "on" else ""
             problems.append(f"`{key}` is required and must be a non-empty string{hint}")
     target_alias = raw.get("target_alias") or DEFAULT_TARGET_ALIAS
     source_alias = raw.get("source_alias") or DEFAULT_SOURCE_ALIAS
@@ -191,9 +185,7 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
 
     cdf = raw.get("change_data_feed")
     if cdf is not None and not (isinstance(cdf, Mapping) and _is_str(cdf.get("table"))):
-        problems.append(
-            "`change_data_feed` must be null or a mapping with a `table` name, got " f"{cdf!r}"
-        )
+        problems.append(f"`change_data_feed` must be null or a mapping with a `table` name, got {cdf!r}")
 
     clauses = _parse_clauses(raw.get("clauses"), problems)
     if problems:
@@ -233,9 +225,7 @@ def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
         when = WHEN_ALIASES.get(when, when)
         action = str(rc.get("action", "")).strip().lower()
         if when not in WHEN_KINDS:
-            problems.append(
-                f"{where}: unknown `when` {rc.get('when')!r}; use one of {', '.join(WHEN_KINDS)}"
-            )
+            problems.append(f"{where}: unknown `when` {rc.get('when')!r}; use one of {', '.join(WHEN_KINDS)}")
             continue
         where = f"clauses[{i}] (when: {when})"
         if action not in ("update", "delete", "insert"):
@@ -263,14 +253,14 @@ def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
             if "values" in rc:
                 problems.append(f"{where}: `values` is for insert; an update takes `set`")
             if "set" not in rc:
-                problems.append(f"{where}: an update needs `set` (\"*\" or a column mapping)")
+                problems.append(f'{where}: an update needs `set` ("*" or a column mapping)')
             else:
                 assignments = _check_assignments("set", rc["set"], where, problems)
         elif action == "insert":
             if "set" in rc:
                 problems.append(f"{where}: `set` is for update; an insert takes `values`")
             if "values" not in rc:
-                problems.append(f"{where}: an insert needs `values` (\"*\" or a column mapping)")
+                problems.append(f'{where}: an insert needs `values` ("*" or a column mapping)')
             else:
                 assignments = _check_assignments("values", rc["values"], where, problems)
         else:

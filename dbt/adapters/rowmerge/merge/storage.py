@@ -28,8 +28,8 @@ class Storage:
 
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
-        jvm = spark._jvm  # type: ignore[attr-defined]
-        self._jvm = jvm
+        jvm: Any = spark._jvm  # type: ignore[attr-defined]
+        self._jvm: Any = jvm
         self._conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
 
     def _path(self, path: str) -> Any:
@@ -68,7 +68,9 @@ class Storage:
                     stack.append(st.getPath())
                 else:
                     out.append(
-                        FileInfo(str(st.getPath().toString()), int(st.getLen()), int(st.getModificationTime()))
+                        FileInfo(
+                            str(st.getPath().toString()), int(st.getLen()), int(st.getModificationTime())
+                        )
                     )
         return sorted(out, key=lambda f: f.path)
 
