@@ -1,0 +1,220 @@
+"""spec.parse_spec: every static rule of the clause spec, with the exact messages users see."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from dbt.adapters.rowmerge.merge.errors import MergeSpecError
+from dbt.adapters.rowmerge.merge.spec import parse_spec, static_problems
+
+BASE: dict[str, Any] = {
+    "version": 1,
+    "target": "analytics.orders",
+    "source": "orders__dbt_tmp",
+    "on": "DBT_INTERNAL_DEST.id = DBT_INTERNAL_SOURCE.id",
+    "clauses": [
+        {"when": "matched", "condition": "DBT_INTERNAL_SOURCE.op = 'D'", "action": "delete"},
+        {"when": "matched", "action": "update", "set": "*"},
+        {"when": "not_matched", "condition": "DBT_INTERNAL_SOURCE.op <> 'D'", "action": "insert", "values": "*"},
+        {
+            "when": "not_matched_by_source",
+            "condition": "DBT_INTERNAL_DEST.active",
+            "action": "update",
+            "set": {"active": "false"},
+        },
+    ],
+}
+
+
+def spec(**changes: Any) -> dict[str, Any]:
+    out = copy.deepcopy(BASE)
+    out.update(changes)
+    return out
+
+
+def problems_of(raw: dict[str, Any]) -> list[str]:
+    with pytest.raises(MergeSpecError) as info:
+        parse_spec(raw)
+    assert static_problems(raw) == info.value.problems
+    return info.value.problems
+
+
+def test_parse_spec_resolves_design_example() -> None:
+    parsed = parse_spec(BASE)
+    assert parsed.target == "analytics.orders"
+    assert parsed.target_alias == "DBT_INTERNAL_DEST"
+    assert parsed.source_alias == "DBT_INTERNAL_SOURCE"
+    assert [(c.when, c.action) for c in parsed.clauses] == [
+        ("matched", "delete"),
+        ("matched", "update"),
+        ("not_matched", "insert"),
+        ("not_matched_by_source", "update"),
+    ]
+    assert parsed.matched[1].star and parsed.not_matched[0].star
+    assert parsed.not_matched_by_source[0].assignments == (("active", "false"),)
+    assert parsed.skip_unchanged_updates is True
+    assert parsed.schema_evolution is False
+    assert parsed.lock_timeout_s == 600.0
+    assert parsed.enforces_cardinality is True
+
+
+def test_parse_spec_accepts_when_aliases_and_bool_values() -> None:
+    parsed = parse_spec(
+        spec(
+            clauses=[
+                {"when": "not_matched_by_target", "action": "insert", "values": {"id": 1, "flag": True}},
+            ]
+        )
+    )
+    assert parsed.clauses[0].when == "not_matched"
+    assert parsed.clauses[0].assignments == (("id", "1"), ("flag", "true"))
+
+
+@pytest.mark.parametrize(
+    ("clauses", "expected"),
+    [
+        ([{"when": "matched", "action": "delete"}], False),
+        ([{"when": "matched", "action": "delete", "condition": "x"}], True),
+        ([{"when": "not_matched", "action": "insert", "values": "*"}], False),
+        ([{"when": "matched", "action": "update", "set": "*"}], True),
+    ],
+)
+def test_parse_spec_cardinality_rule(clauses: list[dict[str, Any]], expected: bool) -> None:
+    assert parse_spec(spec(clauses=clauses)).enforces_cardinality is expected
+
+
+@pytest.mark.parametrize(
+    ("clause", "message"),
+    [
+        (
+            {"when": "sometimes", "action": "delete"},
+            "clauses[0]: unknown `when` 'sometimes'; use one of matched, not_matched, not_matched_by_source",
+        ),
+        (
+            {"when": "matched", "action": "merge"},
+            "clauses[0] (when: matched): unknown `action` 'merge'; use one of update, delete",
+        ),
+        (
+            {"when": "matched", "action": "insert", "values": "*"},
+            "clauses[0] (when: matched): action 'insert' is not allowed here; when: matched allows "
+            "update or delete (insert is only for when: not_matched)",
+        ),
+        (
+            {"when": "not_matched", "action": "update", "set": "*"},
+            "clauses[0] (when: not_matched): action 'update' is not allowed here; when: not_matched "
+            "allows insert",
+        ),
+        (
+            {"when": "matched", "action": "update"},
+            'clauses[0] (when: matched): an update needs `set` ("*" or a column mapping)',
+        ),
+        (
+            {"when": "not_matched", "action": "insert"},
+            'clauses[0] (when: not_matched): an insert needs `values` ("*" or a column mapping)',
+        ),
+        (
+            {"when": "matched", "action": "delete", "set": "*"},
+            "clauses[0] (when: matched): a delete takes no `set`",
+        ),
+        (
+            {"when": "matched", "action": "update", "set": []},
+            "clauses[0] (when: matched): `set` must be \"*\" or a mapping of target column to SQL "
+            "expression, got []",
+        ),
+        (
+            {"when": "matched", "action": "update", "set": {"a": ""}},
+            "clauses[0] (when: matched): `set` value for column 'a' must be a SQL expression string",
+        ),
+        (
+            {"when": "matched", "action": "delete", "colour": "red"},
+            "clauses[0]: unknown key(s) colour; a clause has when, action, condition, set (update) or "
+            "values (insert)",
+        ),
+        (
+            {"when": "matched", "action": "delete", "condition": 3},
+            "clauses[0] (when: matched): `condition` must be a SQL boolean expression string",
+        ),
+    ],
+)
+def test_parse_spec_rejects_bad_clause(clause: dict[str, Any], message: str) -> None:
+    assert problems_of(spec(clauses=[clause])) == [message]
+
+
+def test_parse_spec_set_on_insert_and_values_on_update() -> None:
+    problems = problems_of(
+        spec(
+            clauses=[
+                {"when": "matched", "action": "update", "set": "*", "values": "*"},
+                {"when": "not_matched", "action": "insert", "values": "*", "set": "*"},
+            ]
+        )
+    )
+    assert problems == [
+        "clauses[0] (when: matched): `values` is for insert; an update takes `set`",
+        "clauses[1] (when: not_matched): `set` is for update; an insert takes `values`",
+    ]
+
+
+def test_parse_spec_unconditional_clause_must_be_last_of_its_kind() -> None:
+    problems = problems_of(
+        spec(
+            clauses=[
+                {"when": "matched", "action": "update", "set": "*"},
+                {"when": "matched", "action": "delete", "condition": "s.op = 'D'"},
+                {"when": "not_matched", "action": "insert", "values": "*"},
+            ]
+        )
+    )
+    assert problems == [
+        "clauses[0] (when: matched): only the last matched clause may omit `condition`; a clause "
+        "after it could never act. Add a condition or move it last"
+    ]
+
+
+def test_parse_spec_collects_every_problem_at_once() -> None:
+    raw = spec(version=2, target="", clauses=[], extra=1, skip_unchanged_updates="yes")
+    problems = problems_of(raw)
+    assert problems == [
+        "unknown spec key(s) extra; expected some of change_data_feed, clauses, lock_timeout_s, on, "
+        "schema_evolution, skip_unchanged_updates, source, source_alias, target, target_alias, version",
+        "`version` must be 1, got 2",
+        "`target` is required and must be a non-empty string",
+        "`skip_unchanged_updates` must be true or false, got 'yes'",
+        "`clauses` must be a non-empty list of WHEN clauses",
+    ]
+    with pytest.raises(MergeSpecError, match=r"Invalid row_level_merge configuration \(5 problems\)"):
+        parse_spec(raw)
+
+
+def test_parse_spec_requires_on_with_hint() -> None:
+    assert problems_of(spec(on=" ")) == [
+        "`on` is required and must be a non-empty string (set `unique_key`, or write `on` in "
+        "merge_clauses config)"
+    ]
+
+
+def test_parse_spec_aliases_must_differ_and_be_identifiers() -> None:
+    assert problems_of(spec(target_alias="x", source_alias="X")) == [
+        "`target_alias` and `source_alias` must differ"
+    ]
+    assert problems_of(spec(source_alias="a b")) == ["`source_alias` must be a plain identifier, got 'a b'"]
+
+
+def test_parse_spec_change_data_feed_and_lock_timeout_types() -> None:
+    assert problems_of(spec(change_data_feed={"tbl": "x"}, lock_timeout_s=-1)) == [
+        "`lock_timeout_s` must be a number of seconds >= 0, got -1",
+        "`change_data_feed` must be null or a mapping with a `table` name, got {'tbl': 'x'}",
+    ]
+
+
+def test_parse_spec_rejects_non_mapping() -> None:
+    with pytest.raises(MergeSpecError, match="the spec must be a mapping, got list"):
+        parse_spec([])  # type: ignore[arg-type]
+
+
+def test_merge_spec_error_single_problem_message() -> None:
+    err = MergeSpecError(["`on` is required"])
+    assert str(err) == "Invalid row_level_merge configuration: `on` is required"
