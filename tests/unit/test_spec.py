@@ -18,7 +18,12 @@ BASE: dict[str, Any] = {
     "clauses": [
         {"when": "matched", "condition": "DBT_INTERNAL_SOURCE.op = 'D'", "action": "delete"},
         {"when": "matched", "action": "update", "set": "*"},
-        {"when": "not_matched", "condition": "DBT_INTERNAL_SOURCE.op <> 'D'", "action": "insert", "values": "*"},
+        {
+            "when": "not_matched",
+            "condition": "DBT_INTERNAL_SOURCE.op <> 'D'",
+            "action": "insert",
+            "values": "*",
+        },
         {
             "when": "not_matched_by_source",
             "condition": "DBT_INTERNAL_DEST.active",
@@ -121,7 +126,7 @@ def test_parse_spec_cardinality_rule(clauses: list[dict[str, Any]], expected: bo
         ),
         (
             {"when": "matched", "action": "update", "set": []},
-            "clauses[0] (when: matched): `set` must be \"*\" or a mapping of target column to SQL "
+            'clauses[0] (when: matched): `set` must be "*" or a mapping of target column to SQL '
             "expression, got []",
         ),
         (
