@@ -337,7 +337,16 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
             m2 = re.fullmatch(rf"({s_ref})\s*=\s*{t_ref}", body, re.IGNORECASE)
             pair = (m2.group(3), m2.group(1)) if m2 else None
         if pair and target.has_column(pair[0]):
-            key_pairs.append((target.field(pair[0]).name, pair[1]))
+            # Range pruning compares target values with source literals; only sound when
+            # both sides have the same type (otherwise the join's implicit casts decide).
+            try:
+                same_type = s_ctx.select(F.expr(pair[1])).schema.fields[0].dataType == (
+                    target.field(pair[0]).dataType
+                )
+            except AnalysisException:
+                same_type = False
+            if same_type:
+                key_pairs.append((target.field(pair[0]).name, pair[1]))
             continue
         try:
             t_ctx.select(F.expr(body))
