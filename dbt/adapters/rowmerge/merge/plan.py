@@ -25,6 +25,7 @@ from .table import TargetTable
 
 PREFIX = "__rowmerge_"
 SRC_PRESENT = PREFIX + "src"  # literal true on every source row: NULL after an outer join = no match
+SRC_ID = PREFIX + "sid"  # fixed id of each source row (assigned before the checkpoint)
 TGT_PRESENT = PREFIX + "tgt"
 FILE = PREFIX + "file"  # _metadata.file_path of the target row
 ROW = PREFIX + "row"  # row position inside its file (row_index, or a per-scan id for ORC)

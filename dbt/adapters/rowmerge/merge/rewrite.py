@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from .plan import FILE, NO_ACTION, ROW, MergePlan, ResolvedClause
+from .plan import FILE, NO_ACTION, ROW, SRC_ID, MergePlan, ResolvedClause
 from .scan import ScanResult, target_frame
 from .source import MaterializedSource
 from .storage import Storage
@@ -53,9 +53,19 @@ def rewritten_rows(
     return out.drop(FILE, ROW)
 
 
-def inserted_rows(plan: MergePlan, source: MaterializedSource, target: DataFrame) -> DataFrame:
-    """Source rows that match no target row and that a not_matched clause inserts."""
-    unmatched = source.df.alias(plan.sa).join(target.alias(plan.ta), plan.on, "left_anti")
+def inserted_rows(
+    plan: MergePlan, source: MaterializedSource, target: DataFrame, scan: ScanResult | None
+) -> DataFrame:
+    """Source rows that match no target row and that a not_matched clause inserts.
+
+    After a scan, the rows are the ones it chose (by source row id), so the target is not
+    read again; an insert-only merge has no scan and finds them with an anti-join.
+    """
+    if scan is not None and scan.insert_ids is not None:
+        chosen = source.df.join(scan.insert_ids.withColumnRenamed("sid", SRC_ID), SRC_ID, "left_semi")
+        unmatched = chosen.alias(plan.sa)
+    else:
+        unmatched = source.df.alias(plan.sa).join(target.alias(plan.ta), plan.on, "left_anti")
     nm_idx = plan.action_index(plan.not_matched)
     return unmatched.where(nm_idx != NO_ACTION).select(
         *[plan.insert_value(f.name, nm_idx, f.dataType).alias(f.name) for f in plan.output_fields]
@@ -88,7 +98,7 @@ def write_changes(
         rewritten = rewritten_rows(spark, plan, source, touched)
         parts.append(rewritten.repartition(len(touched), *pcols))
     if plan.not_matched and (scan is None or scan.inserted > 0):
-        inserts = inserted_rows(plan, source, target)
+        inserts = inserted_rows(plan, source, target, scan)
         # Adaptive execution coalesces the shuffle into reasonably sized files.
         parts.append(inserts.repartition(*pcols) if pcols else inserts)
     if not parts:

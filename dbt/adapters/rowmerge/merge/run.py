@@ -26,7 +26,7 @@ from .journal import Journal, spec_digest, utc_now
 from .metrics import MergeMetrics, MergeResult, timed
 from .plan import CAST_ERROR_MARK, MergePlan, build_plan
 from .rewrite import StagedFile, write_changes
-from .scan import FileStats, ScanResult, find_touched_files, pruned_target
+from .scan import FileStats, ScanResult, find_touched_files, pruned_target, release
 from .source import MaterializedSource, materialize, read_source
 from .spec import MergeSpec, parse_spec
 from .storage import Storage
@@ -111,6 +111,7 @@ def _merge(
             journal.apply(spark, entry)
         return int(entry["version"])
     finally:
+        release(scan)
         if not committed:
             journal.storage.delete(staging, recursive=True)
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import reduce
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .errors import CardinalityViolation
-from .plan import FILE, ROW, SIZE, TGT_PRESENT, MergePlan, ResolvedClause
+from .plan import FILE, ROW, SIZE, SRC_ID, TGT_PRESENT, MergePlan, ResolvedClause
 from .source import MaterializedSource
 
 MAX_CARDINALITY_SAMPLES = 5
@@ -69,6 +70,10 @@ class FileStats:
 @dataclass
 class ScanResult:
     touched: list[FileStats] = field(default_factory=list)
+    # Ids of the source rows to insert (matched no target row, a not_matched clause acts):
+    # decided here so the rewrite pass never reads the target again.
+    insert_ids: DataFrame | None = None
+    cached: DataFrame | None = None
     files_scanned: int = 0
     matched_updated: int = 0
     matched_deleted: int = 0
@@ -126,7 +131,15 @@ def find_touched_files(
         b_del.cast("int").alias("b_del"),
         ins.cast("int").alias("ins"),
         F.when(tgt, plan.key_sample()).alias("key"),
+        F.col(f"`{plan.sa}`.`{SRC_ID}`").alias("sid"),
     )
+    result = ScanResult()
+    if plan.not_matched:
+        # The join runs once: its narrow classification feeds both the aggregation below
+        # and the choice of rows to insert (released by release()).
+        classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
+        result.cached = classified
+        result.insert_ids = classified.where(F.col("f").isNull() & (F.col("ins") == 1)).select("sid")
     per_row = classified.groupBy("f", "r").agg(
         F.sum("pair").alias("n_src"),
         F.max("m_upd").alias("m_upd"),
@@ -152,9 +165,13 @@ def find_touched_files(
         ),
         F.first("size").alias("size"),
     )
-    result = ScanResult()
     dup_rows, samples = 0, []
-    for r in per_file.collect():
+    try:
+        collected = per_file.collect()
+    except BaseException:
+        release(result)
+        raise
+    for r in collected:
         result.inserted += int(r["ins"] or 0)
         if r["f"] is None:
             continue
@@ -168,7 +185,15 @@ def find_touched_files(
         if r["acts"]:
             result.touched.append(FileStats(r["f"], int(r["size"] or 0), int(r["rows"])))
     if plan.spec.enforces_cardinality and dup_rows:
+        release(result)
         samples.sort()
         raise CardinalityViolation(plan.target.name, dup_rows, samples[:MAX_CARDINALITY_SAMPLES])
     result.touched.sort(key=lambda fs: fs.path)
     return result
+
+
+def release(result: ScanResult | None) -> None:
+    """Drop the cached classification once the rewrite no longer needs it."""
+    if result is not None and result.cached is not None:
+        result.cached.unpersist()
+        result.cached = None

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError
-from .plan import SRC_PRESENT, MergePlan
+from .plan import SRC_ID, SRC_PRESENT, MergePlan
 
 # A partition key with at most this many distinct source values is pruned with IN (...);
 # more values fall back to a min/max range.
@@ -25,7 +25,7 @@ MAX_IN_LIST_VALUES = 1000
 
 @dataclass
 class MaterializedSource:
-    df: DataFrame  # checkpointed, with SRC_PRESENT
+    df: DataFrame  # checkpointed, with SRC_PRESENT and SRC_ID
     num_rows: int
     key_stats: dict[str, dict[str, Any]] = field(default_factory=dict)  # target col -> stats
 
@@ -41,7 +41,11 @@ def read_source(spark: SparkSession, name: str) -> DataFrame:
 
 def materialize(spark: SparkSession, plan: MergePlan, source: DataFrame) -> MaterializedSource:
     """Checkpoint ``source`` and gather its row count and per-key pruning statistics."""
-    df = source.withColumn(SRC_PRESENT, F.lit(True)).localCheckpoint(eager=True)
+    df = (
+        source.withColumn(SRC_PRESENT, F.lit(True))
+        .withColumn(SRC_ID, F.monotonically_increasing_id())
+        .localCheckpoint(eager=True)
+    )
     aliased = df.alias(plan.sa)
     aggs = [F.count(F.lit(1)).alias("n")]
     partition_cols = {c.lower() for c in plan.target.partition_columns}
