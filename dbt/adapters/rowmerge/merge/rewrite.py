@@ -23,6 +23,9 @@ from .scan import ScanResult, target_frame
 from .source import MaterializedSource
 from .storage import Storage
 
+# Inserts into an unpartitioned table go into files of about this many rows.
+ROWS_PER_INSERT_FILE = 1_000_000
+
 
 def _deleted(clauses: list[ResolvedClause], idx: Column) -> Column:
     parts = [idx == rc.index for rc in clauses if rc.action == "delete"]
@@ -36,7 +39,7 @@ def rewritten_rows(
 ) -> DataFrame:
     """All rows of the touched files after the merge (deleted rows dropped)."""
     target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
-    joined = target.alias(plan.ta).join(source.df.alias(plan.sa), plan.on, "left_outer")
+    joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
     src = plan.src_present()
     m_idx = F.when(src, plan.action_index(plan.matched)).otherwise(F.lit(NO_ACTION))
     b_idx = F.when(~src, plan.action_index(plan.not_matched_by_source)).otherwise(F.lit(NO_ACTION))
@@ -61,11 +64,14 @@ def inserted_rows(
     After a scan, the rows are the ones it chose (by source row id), so the target is not
     read again; an insert-only merge has no scan and finds them with an anti-join.
     """
-    if scan is not None and scan.insert_ids is not None:
-        chosen = source.df.join(scan.insert_ids.withColumnRenamed("sid", SRC_ID), SRC_ID, "left_semi")
-        unmatched = chosen.alias(plan.sa)
+    if scan is not None and scan.insert_source is not None:
+        unmatched = scan.insert_source.alias(plan.sa)
     else:
-        unmatched = source.df.alias(plan.sa).join(target.alias(plan.ta), plan.on, "left_anti")
+        # Matched source ids via a join whose build side is the (usually small) source, so
+        # the target is not shuffled; then the source minus those ids.
+        matched = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "inner")
+        matched_ids = matched.select(F.col(f"`{plan.sa}`.`{SRC_ID}`").alias(SRC_ID))
+        unmatched = source.df.join(matched_ids, SRC_ID, "left_anti").alias(plan.sa)
     nm_idx = plan.action_index(plan.not_matched)
     return unmatched.where(nm_idx != NO_ACTION).select(
         *[plan.insert_value(f.name, nm_idx, f.dataType).alias(f.name) for f in plan.output_fields]
@@ -93,14 +99,17 @@ def write_changes(
     parts: list[DataFrame] = []
     touched = [f.path for f in scan.touched] if scan else []
     if touched:
-        # As many output tasks as files replaced: sizes stay near the table's own, and each
-        # partition value lands in one task (one file per partition per task).
-        rewritten = rewritten_rows(spark, plan, source, touched)
-        parts.append(rewritten.repartition(len(touched), *pcols))
+        # With the source broadcast, each task reads one touched file (or packs a few small
+        # ones) and writes its replacement: file sizes stay near the table's own.
+        parts.append(rewritten_rows(spark, plan, source, touched))
     if plan.not_matched and (scan is None or scan.inserted > 0):
         inserts = inserted_rows(plan, source, target, scan)
-        # Adaptive execution coalesces the shuffle into reasonably sized files.
-        parts.append(inserts.repartition(*pcols) if pcols else inserts)
+        if pcols:
+            inserts = inserts.repartition(*pcols)  # one file per partition value (AQE-sized)
+        else:
+            expected = scan.inserted if scan is not None else source.num_rows
+            inserts = inserts.coalesce(max(1, -(-expected // ROWS_PER_INSERT_FILE)))
+        parts.append(inserts)
     if not parts:
         return []
     out = reduce(lambda a, b: a.unionByName(b), parts)

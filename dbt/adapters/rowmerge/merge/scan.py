@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .errors import CardinalityViolation
-from .plan import FILE, ROW, SIZE, SRC_ID, TGT_PRESENT, MergePlan, ResolvedClause
+from .plan import FILE, NO_ACTION, ROW, SIZE, SRC_ID, TGT_PRESENT, MergePlan, ResolvedClause
 from .source import MaterializedSource
 
 MAX_CARDINALITY_SAMPLES = 5
@@ -70,9 +70,9 @@ class FileStats:
 @dataclass
 class ScanResult:
     touched: list[FileStats] = field(default_factory=list)
-    # Ids of the source rows to insert (matched no target row, a not_matched clause acts):
+    # Source rows that matched no target row (inserted if a not_matched clause acts):
     # decided here so the rewrite pass never reads the target again.
-    insert_ids: DataFrame | None = None
+    insert_source: DataFrame | None = None
     cached: DataFrame | None = None
     files_scanned: int = 0
     matched_updated: int = 0
@@ -96,69 +96,56 @@ def _acting(clauses: list[ResolvedClause], idx: Column, action: str, plan: Merge
     return F.coalesce(reduce(lambda a, b: a | b, parts), F.lit(False))
 
 
-def join_type(plan: MergePlan) -> str:
-    """Matched-only merges never need an outer join."""
-    if plan.not_matched and plan.not_matched_by_source:
-        return "full_outer"
-    if plan.not_matched:
-        return "left_outer"  # source preserved
-    if plan.not_matched_by_source:
-        return "right_outer"  # target preserved
-    return "inner"
-
-
 def find_touched_files(
     spark: SparkSession, plan: MergePlan, source: MaterializedSource, target: DataFrame
 ) -> ScanResult:
-    src, tgt = plan.src_present(), plan.tgt_present()
-    joined = source.df.alias(plan.sa).join(target.alias(plan.ta), plan.on, join_type(plan))
-    m_idx = F.when(src & tgt, plan.action_index(plan.matched))
-    nm_idx = F.when(src & ~tgt, plan.action_index(plan.not_matched))
-    b_idx = F.when(~src & tgt, plan.action_index(plan.not_matched_by_source))
-    m_upd = _acting(plan.matched, m_idx, "update", plan)
-    m_del = _acting(plan.matched, m_idx, "delete", plan)
-    b_upd = _acting(plan.not_matched_by_source, b_idx, "update", plan)
-    b_del = _acting(plan.not_matched_by_source, b_idx, "delete", plan)
-    ins = F.coalesce(nm_idx >= 0, F.lit(False)) if plan.not_matched else F.lit(False)
+    # Target preserved only when NOT MATCHED BY SOURCE needs unmatched target rows; the
+    # source is the build side, so a small source is broadcast and the target never shuffles.
+    # Source rows that match nothing are found afterwards by id (see insert_source).
+    how = "left_outer" if plan.not_matched_by_source else "inner"
+    joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, how)
+    src = plan.src_present()
+    m_idx = F.when(src, plan.action_index(plan.matched))
+    b_idx = F.when(~src, plan.action_index(plan.not_matched_by_source))
+    pair = src.cast("int")
     classified = joined.select(
         F.col(f"`{plan.ta}`.`{FILE}`").alias("f"),
-        F.col(f"`{plan.ta}`.`{ROW}`").alias("r"),
+        # Row identity matters only for matched pairs (cardinality); unmatched target rows
+        # of a file collapse into one group, which map-side aggregation makes cheap.
+        F.when(src, F.col(f"`{plan.ta}`.`{ROW}`")).alias("rk"),
         F.col(f"`{plan.ta}`.`{SIZE}`").alias("size"),
-        (src & tgt).cast("int").alias("pair"),
-        m_upd.cast("int").alias("m_upd"),
-        m_del.cast("int").alias("m_del"),
-        b_upd.cast("int").alias("b_upd"),
-        b_del.cast("int").alias("b_del"),
-        ins.cast("int").alias("ins"),
-        F.when(tgt, plan.key_sample()).alias("key"),
+        pair.alias("pair"),
+        _acting(plan.matched, m_idx, "update", plan).cast("int").alias("m_upd"),
+        _acting(plan.matched, m_idx, "delete", plan).cast("int").alias("m_del"),
+        _acting(plan.not_matched_by_source, b_idx, "update", plan).cast("int").alias("b_upd"),
+        _acting(plan.not_matched_by_source, b_idx, "delete", plan).cast("int").alias("b_del"),
+        F.when(src, plan.key_sample()).alias("key"),
         F.col(f"`{plan.sa}`.`{SRC_ID}`").alias("sid"),
     )
     result = ScanResult()
     if plan.not_matched:
         # The join runs once: its narrow classification feeds both the aggregation below
-        # and the choice of rows to insert (released by release()).
+        # and the ids of matched source rows (released by release()).
         classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
         result.cached = classified
-        result.insert_ids = classified.where(F.col("f").isNull() & (F.col("ins") == 1)).select("sid")
-    per_row = classified.groupBy("f", "r").agg(
+    per_row = classified.groupBy("f", "rk").agg(
         F.sum("pair").alias("n_src"),
+        F.when(F.col("rk").isNull(), F.count(F.lit(1))).otherwise(F.lit(1)).alias("rows"),
         F.max("m_upd").alias("m_upd"),
         F.max("m_del").alias("m_del"),
-        F.max("b_upd").alias("b_upd"),
-        F.max("b_del").alias("b_del"),
-        F.sum("ins").alias("ins"),
-        F.first("key").alias("key"),
+        F.sum("b_upd").alias("b_upd"),
+        F.sum("b_del").alias("b_del"),
+        F.first("key", ignorenulls=True).alias("key"),
         F.first("size").alias("size"),
     )
     dup = F.col("n_src") > 1
     per_file = per_row.groupBy("f").agg(
-        F.count(F.lit(1)).alias("rows"),
+        F.sum("rows").alias("rows"),
         F.max(F.greatest("m_upd", "m_del", "b_upd", "b_del")).alias("acts"),
         F.sum("m_upd").alias("m_upd"),
         F.sum("m_del").alias("m_del"),
         F.sum("b_upd").alias("b_upd"),
         F.sum("b_del").alias("b_del"),
-        F.sum("ins").alias("ins"),
         F.sum(dup.cast("int")).alias("dups"),
         F.slice(F.collect_list(F.when(dup, F.struct("key", "n_src"))), 1, MAX_CARDINALITY_SAMPLES).alias(
             "dup_samples"
@@ -172,9 +159,6 @@ def find_touched_files(
         release(result)
         raise
     for r in collected:
-        result.inserted += int(r["ins"] or 0)
-        if r["f"] is None:
-            continue
         result.files_scanned += 1
         result.matched_updated += int(r["m_upd"] or 0)
         result.matched_deleted += int(r["m_del"] or 0)
@@ -189,6 +173,12 @@ def find_touched_files(
         samples.sort()
         raise CardinalityViolation(plan.target.name, dup_rows, samples[:MAX_CARDINALITY_SAMPLES])
     result.touched.sort(key=lambda fs: fs.path)
+    if plan.not_matched:
+        assert result.cached is not None
+        matched_ids = result.cached.where(F.col("pair") == 1).select(F.col("sid").alias(SRC_ID))
+        result.insert_source = source.df.join(matched_ids, SRC_ID, "left_anti")
+        nm_idx = plan.action_index(plan.not_matched)
+        result.inserted = result.insert_source.alias(plan.sa).where(nm_idx != NO_ACTION).count()
     return result
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError
@@ -28,6 +29,28 @@ class MaterializedSource:
     df: DataFrame  # checkpointed, with SRC_PRESENT and SRC_ID
     num_rows: int
     key_stats: dict[str, dict[str, Any]] = field(default_factory=dict)  # target col -> stats
+    broadcastable: bool = False  # small enough to ship to every task instead of shuffling
+
+    def join_side(self) -> DataFrame:
+        """The source as the build side of a join (broadcast when small)."""
+        return F.broadcast(self.df) if self.broadcastable else self.df
+
+
+def _estimated_bytes(schema: StructType, rows: int) -> int:
+    """Rough in-memory size: fixed widths for primitives, 32 bytes for anything else."""
+    widths = {"ByteType": 1, "BooleanType": 1, "ShortType": 2, "IntegerType": 4, "FloatType": 4,
+              "DateType": 4, "LongType": 8, "DoubleType": 8, "TimestampType": 8,
+              "TimestampNTZType": 8, "DecimalType": 16}
+    row = sum(widths.get(type(f.dataType).__name__, 32) for f in schema.fields) + 8
+    return row * rows
+
+
+def _broadcast_threshold(spark: SparkSession) -> int:
+    raw = str(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", "10485760b"))
+    try:
+        return int(spark._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(raw))  # type: ignore[union-attr]
+    except Exception:  # Spark Connect or an odd value: be conservative
+        return -1
 
 
 def read_source(spark: SparkSession, name: str) -> DataFrame:
@@ -63,4 +86,11 @@ def materialize(spark: SparkSession, plan: MergePlan, source: DataFrame) -> Mate
             if len(values) <= MAX_IN_LIST_VALUES:
                 entry["values"] = values
         stats[tcol] = entry
-    return MaterializedSource(df=df, num_rows=int(row["n"]), key_stats=stats)
+    num_rows = int(row["n"])
+    threshold = _broadcast_threshold(spark)
+    return MaterializedSource(
+        df=df,
+        num_rows=num_rows,
+        key_stats=stats,
+        broadcastable=0 <= _estimated_bytes(source.schema, num_rows) <= threshold,
+    )
