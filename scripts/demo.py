@@ -1,0 +1,173 @@
+"""Run the integration dbt project end to end: seed, run and test each batch.
+
+    python scripts/demo.py [--work-dir DIR] [--keep-going]
+
+Wipes the work directory (default ``integration_project/target``), then for batch 0 (the
+first run: every table is created), 1 and 2 (row-level merges) runs ``dbt seed``,
+``dbt run --vars '{batch: N}'`` and ``dbt test --vars '{batch: N}'``, streaming dbt's
+output. Three dbt invocations per batch, each paying Spark's start-up once.
+
+Everything the run writes goes under the work directory: dbt's target files and logs,
+Spark's warehouse and the Derby metastore (``ROWMERGE_DEMO_HOME``, read by profiles.yml).
+After each ``dbt run`` its run_results.json is kept as ``run_results_batch_<N>.json``;
+at the end a summary prints every model's run line per batch and is written to
+``demo_summary.json``. Exits non-zero if any dbt command fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PROJECT = REPO / "integration_project"
+BATCHES = (0, 1, 2)
+
+
+def dbt_executable() -> str:
+    """The dbt next to this interpreter (the venv's), else whatever is on PATH."""
+    candidate = Path(sys.executable).parent / "dbt"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("dbt")
+    if found is None:
+        sys.exit("demo: no dbt executable next to " + sys.executable + " or on PATH")
+    return found
+
+
+def run_dbt(dbt: str, args: list[str], work_dir: Path, env: dict[str, str]) -> int:
+    """Run one dbt command against the integration project, streaming its output."""
+    cmd = [
+        dbt,
+        *args,
+        "--project-dir",
+        str(PROJECT),
+        "--profiles-dir",
+        str(PROJECT),
+        "--target-path",
+        str(work_dir),
+        "--log-path",
+        str(work_dir / "logs"),
+    ]
+    if not sys.stdout.isatty():
+        cmd.append("--no-use-colors")
+    print(f"\n$ dbt {' '.join(args)}", flush=True)
+    started = time.monotonic()
+    with subprocess.Popen(
+        cmd,
+        cwd=PROJECT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        rc = proc.wait()
+    print(f"[dbt {args[0]} exited {rc} after {time.monotonic() - started:.1f}s]", flush=True)
+    return rc
+
+
+def model_results(run_results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One entry per model of a run_results.json: status, run line, metrics."""
+    rows = []
+    for result in run_results.get("results", []):
+        unique_id = result.get("unique_id", "")
+        if not unique_id.startswith("model."):
+            continue
+        response = result.get("adapter_response") or {}
+        rows.append(
+            {
+                "model": unique_id.split(".")[-1],
+                "status": result.get("status"),
+                "message": response.get("_message") or result.get("message"),
+                "code": response.get("code"),
+                "metrics": response.get("metrics") or {},
+                "execution_time": round(result.get("execution_time") or 0.0, 2),
+            }
+        )
+    return sorted(rows, key=lambda row: row["model"])
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    print("\n" + "=" * 78)
+    print("dbt-rowmerge integration demo: run line per model per batch")
+    print("=" * 78)
+    for batch in summary["batches"]:
+        print(f"\nbatch {batch['batch']}  ({'create' if batch['batch'] == 0 else 'merge'})")
+        for row in batch["models"]:
+            line = f"[{row['message']} in {row['execution_time']:.2f}s]"
+            print(f"  {row['model']:<22} {row['status']:<7} {line}")
+        for step, rc in batch["exit_codes"].items():
+            if rc != 0:
+                print(f"  !! dbt {step} exited {rc}")
+    print(f"\ntotal {summary['seconds']:.1f}s; {'OK' if summary['ok'] else 'FAILED'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=PROJECT / "target",
+        help="where dbt and Spark write (wiped first; default integration_project/target)",
+    )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="run the later batches even after a dbt command failed",
+    )
+    args = parser.parse_args(argv)
+    work_dir: Path = args.work_dir.resolve()
+
+    started = time.monotonic()
+    shutil.rmtree(work_dir, ignore_errors=True)
+    work_dir.mkdir(parents=True)
+
+    env = dict(os.environ)
+    env["ROWMERGE_DEMO_HOME"] = str(work_dir)
+    env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    dbt = dbt_executable()
+
+    summary: dict[str, Any] = {"work_dir": str(work_dir), "batches": [], "ok": True}
+    for batch in BATCHES:
+        print(f"\n##### batch {batch} #####", flush=True)
+        vars_arg = f"{{batch: {batch}}}"
+        entry: dict[str, Any] = {"batch": batch, "exit_codes": {}, "models": []}
+        summary["batches"].append(entry)
+        for step in ("seed", "run", "test"):
+            cmd = [step] if step == "seed" else [step, "--vars", vars_arg]
+            rc = run_dbt(dbt, cmd, work_dir, env)
+            entry["exit_codes"][step] = rc
+            if step == "run":
+                results_path = work_dir / "run_results.json"
+                if results_path.exists():
+                    kept = work_dir / f"run_results_batch_{batch}.json"
+                    shutil.copyfile(results_path, kept)
+                    entry["models"] = model_results(json.loads(kept.read_text()))
+            if rc != 0:
+                summary["ok"] = False
+                if step != "test" or not args.keep_going:
+                    break
+        if not summary["ok"] and not args.keep_going:
+            break
+
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    (work_dir / "demo_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print_summary(summary)
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

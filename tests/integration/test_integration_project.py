@@ -1,0 +1,133 @@
+"""The integration dbt project end to end: scripts/demo.py in its own process and Spark.
+
+Batch 0 creates every table, batches 1 and 2 merge; the project's own singular tests check
+the exact table state after each batch (demo.py fails if any dbt command fails). Here we
+also check every merge's metrics against what the seeds imply.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "scripts" / "demo.py"
+
+# (updated, inserted, deleted) per model for the merges of batch 1 and batch 2.
+EXPECTED_MERGES: dict[int, dict[str, tuple[int, int, int]]] = {
+    1: {
+        # Bob, Carol updated; Alice unchanged (not counted); Frank, Grace inserted.
+        "customers_upsert": (2, 2, 0),
+        # Same rows: Alice's updated_at is not newer, so no update either way.
+        "customers_latest": (2, 2, 0),
+        # Bob, Carol updated (tier/updated_at only); Frank is bronze: not inserted.
+        "customers_selective": (2, 1, 0),
+        # U 101, U 103 updated; D 102 deleted; I 106 inserted; D 999 (unknown) ignored.
+        "orders_cdc": (2, 1, 1),
+        "orders_cdc_shorthand": (2, 1, 1),
+        # A/west updated, E/east inserted, B/east missing from the snapshot: deleted.
+        "inventory_mirror": (1, 1, 1),
+        # Account 2 updated; 3 and 4 missing: soft-deleted (2 updates); 5 inserted.
+        "accounts_soft_delete": (3, 1, 0),
+        # Ticket 1 moves open -> closed, ticket 2 updated in place, ticket 6 inserted.
+        "tickets_partitioned": (2, 1, 0),
+    },
+    2: {
+        # Bob (stale, but plain upsert applies it), Dan updated; Heidi inserted.
+        "customers_upsert": (2, 1, 0),
+        # Bob's change is older than the row: skipped, and not inserted either.
+        "customers_latest": (1, 1, 0),
+        "customers_selective": (2, 1, 0),
+        # 101 updated; 104 (U then D: D is latest) deleted; 102 re-created, 107 (U of an
+        # unknown order) and 108 (I then U) inserted.
+        "orders_cdc": (1, 3, 1),
+        "orders_cdc_shorthand": (1, 3, 1),
+        # A/east updated; B/east, F/west inserted; A/west, C/east, D/west deleted.
+        "inventory_mirror": (1, 2, 3),
+        # Account 1 updated, 3 revived (is_deleted false again), 2 soft-deleted; 4 stays
+        # deleted and is not counted again.
+        "accounts_soft_delete": (3, 0, 0),
+        # Ticket 3 closed -> open, ticket 4 open -> on_hold (a new partition), 7 inserted.
+        "tickets_partitioned": (2, 1, 0),
+    },
+}
+
+# Rows not matched by source that were soft-deleted (numTargetRowsNotMatchedBySourceUpdated).
+EXPECTED_SOFT_DELETES = {1: 2, 2: 1}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    work_dir = tmp_path_factory.mktemp("demo")
+    proc = subprocess.run(
+        [sys.executable, str(DEMO), "--work-dir", str(work_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    return proc, work_dir
+
+
+def _models(work_dir: Path, batch: int) -> dict[str, dict]:
+    results = json.loads((work_dir / f"run_results_batch_{batch}.json").read_text())
+    return {
+        r["unique_id"].split(".")[-1]: r for r in results["results"] if r["unique_id"].startswith("model.")
+    }
+
+
+@pytest.mark.slow
+def test_demo_succeeds(demo: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, work_dir = demo
+    assert proc.returncode == 0, proc.stdout[-20000:] + proc.stderr[-5000:]
+    summary = json.loads((work_dir / "demo_summary.json").read_text())
+    assert summary["ok"] is True
+    assert [b["batch"] for b in summary["batches"]] == [0, 1, 2]
+    for batch in summary["batches"]:
+        assert batch["exit_codes"] == {"seed": 0, "run": 0, "test": 0}
+    assert "total " in proc.stdout and "; OK" in proc.stdout
+
+
+@pytest.mark.slow
+def test_first_run_creates_every_table(demo: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, work_dir = demo
+    assert proc.returncode == 0, proc.stdout[-20000:]
+    models = _models(work_dir, 0)
+    assert set(models) == set(EXPECTED_MERGES[1])
+    for name, result in models.items():
+        assert result["status"] == "success", name
+        assert result["adapter_response"].get("code") != "MERGE", name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [1, 2])
+def test_merge_metrics(demo: tuple[subprocess.CompletedProcess[str], Path], batch: int) -> None:
+    proc, work_dir = demo
+    assert proc.returncode == 0, proc.stdout[-20000:]
+    models = _models(work_dir, batch)
+    assert set(models) == set(EXPECTED_MERGES[batch])
+    for name, (updated, inserted, deleted) in EXPECTED_MERGES[batch].items():
+        response = models[name]["adapter_response"]
+        metrics = response["metrics"]
+        got = (
+            metrics["numTargetRowsUpdated"],
+            metrics["numTargetRowsInserted"],
+            metrics["numTargetRowsDeleted"],
+        )
+        assert got == (updated, inserted, deleted), f"batch {batch} {name}: {metrics}"
+        assert response["code"] == "MERGE"
+        assert response["version"] == batch, name
+        message = f"MERGE {updated} updated, {inserted} inserted, {deleted} deleted;"
+        assert response["_message"].startswith(message), response["_message"]
+        # The summary printed by demo.py carries the same run line.
+        assert any(line.split()[:1] == [name] and message in line for line in proc.stdout.splitlines()), (
+            f"no run line for {name} in batch {batch}"
+        )
+    soft = models["accounts_soft_delete"]["adapter_response"]["metrics"]
+    assert soft["numTargetRowsNotMatchedBySourceUpdated"] == EXPECTED_SOFT_DELETES[batch]
+    mirror = models["inventory_mirror"]["adapter_response"]["metrics"]
+    assert mirror["numTargetRowsNotMatchedBySourceDeleted"] == EXPECTED_MERGES[batch]["inventory_mirror"][2]
