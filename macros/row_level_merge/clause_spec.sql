@@ -33,13 +33,28 @@
   {%- set aliases = rowmerge_aliases() -%}
   {%- set merge_clauses = config.get('merge_clauses', none) -%}
   {%- if merge_clauses is not none -%}
-    {{ return(merge_clauses) }}
+    {%- if merge_clauses is string or merge_clauses is mapping or merge_clauses is not iterable -%}
+      {{ return(merge_clauses) }}
+    {%- endif -%}
+    {#-- Each clause carries its origin so engine messages name `merge_clauses[i]`. --#}
+    {%- set named = [] -%}
+    {%- for c in merge_clauses -%}
+      {%- if c is mapping -%}
+        {%- set copy = {} -%}
+        {%- do copy.update(c) -%}
+        {%- do copy.update({'origin': 'merge_clauses[' ~ loop.index0 ~ ']'}) -%}
+        {%- do named.append(copy) -%}
+      {%- else -%}
+        {%- do named.append(c) -%}
+      {%- endif -%}
+    {%- endfor -%}
+    {{ return(named) }}
   {%- endif -%}
   {%- set problems = [] -%}
   {%- set clauses = [] -%}
   {%- set delete_condition = config.get('delete_condition', none) -%}
   {%- if delete_condition -%}
-    {%- do clauses.append({'when': 'matched', 'condition': delete_condition, 'action': 'delete'}) -%}
+    {%- do clauses.append({'when': 'matched', 'condition': delete_condition, 'action': 'delete', 'origin': 'delete_condition'}) -%}
   {%- endif -%}
 
   {%- if not config.get('skip_matched_step', false) -%}
@@ -68,7 +83,9 @@
         {%- set set_ = '*' -%}
       {%- endif -%}
     {%- endif -%}
-    {%- set clause = {'when': 'matched', 'action': 'update', 'set': set_} -%}
+    {%- set origin = 'merge_update_columns' if update_columns else ('merge_exclude_columns' if exclude_columns else 'the default matched update') -%}
+    {%- if config.get('matched_condition', none) -%}{%- set origin = 'matched_condition' -%}{%- endif -%}
+    {%- set clause = {'when': 'matched', 'action': 'update', 'set': set_, 'origin': origin} -%}
     {%- if config.get('matched_condition', none) -%}
       {%- do clause.update({'condition': config.get('matched_condition')}) -%}
     {%- endif -%}
@@ -79,14 +96,18 @@
     {%- set conds = [] -%}
     {%- if config.get('not_matched_condition', none) -%}{%- do conds.append('(' ~ config.get('not_matched_condition') ~ ')') -%}{%- endif -%}
     {%- if delete_condition -%}{%- do conds.append('NOT (' ~ delete_condition ~ ')') -%}{%- endif -%}
-    {%- set clause = {'when': 'not_matched', 'action': 'insert', 'values': '*'} -%}
+    {%- set origin = 'not_matched_condition' if config.get('not_matched_condition', none) else 'the default not-matched insert' -%}
+    {%- set clause = {'when': 'not_matched', 'action': 'insert', 'values': '*', 'origin': origin} -%}
     {%- if conds -%}{%- do clause.update({'condition': conds | join(' AND ')}) -%}{%- endif -%}
     {%- do clauses.append(clause) -%}
   {%- endif -%}
 
   {%- set nmbs_action = config.get('not_matched_by_source_action', none) -%}
   {%- if nmbs_action in ['delete', 'update'] -%}
-    {%- set clause = {'when': 'not_matched_by_source', 'action': nmbs_action} -%}
+    {%- set clause = {'when': 'not_matched_by_source', 'action': nmbs_action, 'origin': 'not_matched_by_source_action'} -%}
+    {%- if config.get('not_matched_by_source_condition', none) -%}
+      {%- do clause.update({'origin': 'not_matched_by_source_condition'}) -%}
+    {%- endif -%}
     {%- if config.get('not_matched_by_source_condition', none) -%}
       {%- do clause.update({'condition': config.get('not_matched_by_source_condition')}) -%}
     {%- endif -%}
@@ -121,12 +142,7 @@
   {%- endif -%}
   {%- set problems = adapter.rowmerge_spec_problems(spec) -%}
   {%- if problems -%}
-    {%- set key = 'merge_clauses' if config.get('merge_clauses', none) is not none else 'the merge config' -%}
-    {%- set named = [] -%}
-    {%- for p in problems -%}
-      {%- do named.append((key ~ ": " ~ p) if p.startswith('clauses[') else p) -%}
-    {%- endfor -%}
-    {%- do rowmerge_raise_config_problems(named) -%}
+    {%- do rowmerge_raise_config_problems(problems) -%}
   {%- endif -%}
   {{ return(spec) }}
 {% endmacro %}

@@ -82,10 +82,5 @@
 
 
 {% macro rowmerge_raise_config_problems(problems) %}
-  {%- if problems | length == 1 -%}
-    {%- set text = "Invalid row_level_merge config for " ~ this ~ ": " ~ problems[0] -%}
-  {%- else -%}
-    {%- set text = "Invalid row_level_merge config for " ~ this ~ " (" ~ (problems | length) ~ " problems):\n  - " ~ (problems | join("\n  - ")) -%}
-  {%- endif -%}
-  {%- do exceptions.raise_compiler_error(text) -%}
+  {%- do exceptions.raise_compiler_error(adapter.rowmerge_config_error(this.render(), problems)) -%}
 {% endmacro %}

@@ -223,3 +223,22 @@ def test_parse_spec_rejects_non_mapping() -> None:
 def test_merge_spec_error_single_problem_message() -> None:
     err = MergeSpecError(["`on` is required"])
     assert str(err) == "Invalid row_level_merge configuration: `on` is required"
+
+
+def test_parse_spec_messages_name_the_clause_origin() -> None:
+    problems = problems_of(
+        spec(
+            clauses=[
+                {"when": "matched", "action": "update", "origin": "matched_condition"},
+                {"when": "matched", "action": "upsert", "origin": "merge_clauses[1]"},
+            ]
+        )
+    )
+    assert problems == [
+        'matched_condition (when: matched): an update needs `set` ("*" or a column mapping)',
+        "merge_clauses[1] (when: matched): unknown `action` 'upsert'; use one of update, delete",
+    ]
+    parsed = parse_spec(
+        spec(clauses=[{"when": "matched", "action": "delete", "origin": "delete_condition", "condition": "x"}])
+    )
+    assert parsed.clauses[0].label == "delete_condition (when: matched, action: delete)"

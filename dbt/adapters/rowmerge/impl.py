@@ -46,6 +46,14 @@ class RowMergeAdapterResponse(AdapterResponse):
     spec: dict[str, Any] = field(default_factory=dict)  # the compiled clause spec, for debugging
 
 
+def config_error_message(relation: str, problems: list[str]) -> str:
+    """One format for every config error, from Jinja or from the engine."""
+    if len(problems) == 1:
+        return f"Invalid row_level_merge config for {relation}: {problems[0]}"
+    listed = "\n  - ".join(problems)
+    return f"Invalid row_level_merge config for {relation} ({len(problems)} problems):\n  - {listed}"
+
+
 class RowMergeAdapter(SparkAdapter):
     ConnectionManager = RowMergeConnectionManager  # type: ignore[assignment]
 
@@ -58,12 +66,30 @@ class RowMergeAdapter(SparkAdapter):
         return merge.static_problems(spec)
 
     @available
+    def rowmerge_config_error(self, relation: str, problems: list[str]) -> str:
+        return config_error_message(str(relation), list(problems))
+
+    @available
+    def rowmerge_check_spec(
+        self, spec: dict[str, Any], like: str | None = None, partition_by: Any = None
+    ) -> None:
+        """Resolve the spec against the schemas without running it (raises on bad config)."""
+        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
+        parts = [partition_by] if isinstance(partition_by, str) else list(partition_by or [])
+        try:
+            merge.check_spec(spark, spec, like, parts)
+        except merge.MergeSpecError as exc:
+            raise CompilationError(config_error_message(spec["target"], exc.problems)) from None
+        except merge.MergeError as exc:
+            raise DbtRuntimeError(str(exc)) from None
+
+    @available
     def rowmerge_run_merge(self, spec: dict[str, Any]) -> RowMergeAdapterResponse:
         spark = session_for(self.config.credentials)  # type: ignore[arg-type]
         try:
             result = merge.run_merge(spark, spec)
         except merge.MergeSpecError as exc:
-            raise CompilationError(str(exc)) from None
+            raise CompilationError(config_error_message(spec["target"], exc.problems)) from None
         except merge.MergeError as exc:
             raise DbtRuntimeError(str(exc)) from None
         m = result.metrics

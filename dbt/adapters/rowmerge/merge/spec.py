@@ -47,7 +47,9 @@ TOP_LEVEL_KEYS = {
     "schema_evolution",
     "lock_timeout_s",
 }
-CLAUSE_KEYS = {"when", "action", "condition", "set", "values"}
+# `origin` is optional: the config key a clause came from (the dbt macros set it), so
+# messages name what the user wrote, e.g. "matched_condition" or "merge_clauses[2]".
+CLAUSE_KEYS = {"when", "action", "condition", "set", "values", "origin"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,11 @@ class Clause:
     condition: str | None
     assignments: tuple[tuple[str, str], ...] | None
     position: int  # index in the user's clause list, for messages
+    origin: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.origin or f"clauses[{self.position}]"
 
     @property
     def star(self) -> bool:
@@ -66,7 +73,7 @@ class Clause:
 
     @property
     def label(self) -> str:
-        return f"clauses[{self.position}] (when: {self.when}, action: {self.action})"
+        return f"{self.name} (when: {self.when}, action: {self.action})"
 
 
 @dataclass(frozen=True)
@@ -211,7 +218,9 @@ def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
         return ()
     clauses: list[Clause] = []
     for i, rc in enumerate(raw_clauses):
-        where = f"clauses[{i}]"
+        origin = rc.get("origin") if isinstance(rc, Mapping) else None
+        origin = str(origin) if origin else None
+        where = origin or f"clauses[{i}]"
         if not isinstance(rc, Mapping):
             problems.append(f"{where}: each clause must be a mapping, got {rc!r}")
             continue
@@ -227,7 +236,7 @@ def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
         if when not in WHEN_KINDS:
             problems.append(f"{where}: unknown `when` {rc.get('when')!r}; use one of {', '.join(WHEN_KINDS)}")
             continue
-        where = f"clauses[{i}] (when: {when})"
+        where = f"{origin or f'clauses[{i}]'} (when: {when})"
         if action not in ("update", "delete", "insert"):
             problems.append(
                 f"{where}: unknown `action` {rc.get('action')!r}; use one of "
@@ -274,6 +283,7 @@ def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
                 condition=condition.strip() if isinstance(condition, str) else None,
                 assignments=assignments,
                 position=i,
+                origin=origin,
             )
         )
     for kind in WHEN_KINDS:
@@ -281,7 +291,7 @@ def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
         for c in of_kind[:-1]:
             if c.condition is None:
                 problems.append(
-                    f"clauses[{c.position}] (when: {kind}): only the last {kind} clause may omit "
+                    f"{c.name} (when: {kind}): only the last {kind} clause may omit "
                     f"`condition`; a clause after it could never act. Add a condition or move it last"
                 )
     return tuple(clauses)
