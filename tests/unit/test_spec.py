@@ -239,6 +239,8 @@ def test_parse_spec_messages_name_the_clause_origin() -> None:
         "merge_clauses[1] (when: matched): unknown `action` 'upsert'; use one of update, delete",
     ]
     parsed = parse_spec(
-        spec(clauses=[{"when": "matched", "action": "delete", "origin": "delete_condition", "condition": "x"}])
+        spec(
+            clauses=[{"when": "matched", "action": "delete", "origin": "delete_condition", "condition": "x"}]
+        )
     )
     assert parsed.clauses[0].label == "delete_condition (when: matched, action: delete)"
