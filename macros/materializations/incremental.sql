@@ -42,16 +42,6 @@
 
   {{ run_hooks(pre_hooks) }}
 
-  {#-- A new table gets no merge yet; still resolve the clauses against the model's columns
-       now, so a config error shows on the first run, before the table is created. --#}
-  {%- if strategy == 'row_level_merge' and language == 'sql' and (existing_relation is none or existing_relation.is_view or should_full_refresh()) -%}
-    {%- call statement('rowmerge_check_view') -%}
-      {{ create_table_as(True, tmp_relation, compiled_code, language) }}
-    {%- endcall -%}
-    {%- set check_spec = rowmerge_build_spec(this.render(), tmp_relation.render(), none, on_schema_change) -%}
-    {%- do adapter.rowmerge_check_spec(check_spec, tmp_relation.render(), partition_by) -%}
-  {%- endif -%}
-
   {%- if existing_relation is none -%}
     {%- call statement('main', language=language) -%}
       {{ create_table_as(False, target_relation, compiled_code, language) }}

@@ -70,20 +70,6 @@ class RowMergeAdapter(SparkAdapter):
         return config_error_message(str(relation), list(problems))
 
     @available
-    def rowmerge_check_spec(
-        self, spec: dict[str, Any], like: str | None = None, partition_by: Any = None
-    ) -> None:
-        """Resolve the spec against the schemas without running it (raises on bad config)."""
-        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
-        parts = [partition_by] if isinstance(partition_by, str) else list(partition_by or [])
-        try:
-            merge.check_spec(spark, spec, like, parts)
-        except merge.MergeSpecError as exc:
-            raise CompilationError(config_error_message(spec["target"], exc.problems)) from None
-        except merge.MergeError as exc:
-            raise DbtRuntimeError(str(exc)) from None
-
-    @available
     def rowmerge_run_merge(self, spec: dict[str, Any]) -> RowMergeAdapterResponse:
         spark = session_for(self.config.credentials)  # type: ignore[arg-type]
         try:

@@ -13,7 +13,7 @@ from .errors import (
     UnsupportedTableError,
 )
 from .metrics import MergeResult
-from .run import check_spec, history, recover, run_merge
+from .run import history, recover, run_merge
 from .spec import MergeSpec, parse_spec, static_problems
 
 __all__ = [
@@ -25,7 +25,6 @@ __all__ = [
     "MergeSpec",
     "MergeSpecError",
     "UnsupportedTableError",
-    "check_spec",
     "history",
     "parse_spec",
     "recover",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -182,34 +182,6 @@ def _raise_cast_error(exc: Exception, target: TargetTable) -> None:
     if CAST_ERROR_MARK in text:
         found = re.search(re.escape(CAST_ERROR_MARK) + r"\[(.*?)\]", text)
         raise CastError(target.name, 1, found.group(1) if found else text.splitlines()[0]) from None
-
-
-def check_spec(
-    spark: SparkSession,
-    spec: Mapping[str, Any] | MergeSpec,
-    like: str | None = None,
-    partition_columns: Sequence[str] = (),
-) -> MergeSpec:
-    """Phases 1-3 only: raise MergeSpecError for any config problem, reading no data.
-
-    ``like`` names a relation with the schema the target will have, for when the target does
-    not exist yet (dbt's first run): invalid config then fails before the table is created.
-    """
-    parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
-    if like is None:
-        target = load_target(spark, parsed.target)
-        target_df = target.read(spark)
-    else:
-        target_df = spark.table(like)
-        target = TargetTable(
-            name=parsed.target,
-            location="",
-            file_format="parquet",
-            schema=target_df.schema,
-            partition_columns=tuple(partition_columns),
-        )
-    build_plan(parsed, target, read_source(spark, parsed.source), target_df)
-    return parsed
 
 
 def recover(spark: SparkSession, table_name: str) -> list[int]:
