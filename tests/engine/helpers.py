@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from pyspark.sql import SparkSession
 
@@ -92,3 +92,33 @@ UPSERT = [
     {"when": "matched", "action": "update", "set": "*"},
     {"when": "not_matched", "action": "insert", "values": "*"},
 ]
+
+
+# -- added for the engine suite: state snapshots and catalog views --------------------------
+
+
+def table_state(spark: SparkSession, name: str) -> tuple[list[tuple[Any, ...]], dict[str, tuple[int, int]]]:
+    """Rows and visible data files of ``name`` (what an error must leave exactly as it was)."""
+    return rows(spark, name), file_snapshot(spark, name)
+
+
+def partitions(spark: SparkSession, name: str) -> list[str]:
+    """``SHOW PARTITIONS`` of ``name``, sorted."""
+    return sorted(r[0] for r in spark.sql(f"SHOW PARTITIONS {name}").collect())
+
+
+def new_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """Paths in ``after`` that were not in ``before``."""
+    return sorted(p for p in after if p not in before)
+
+
+def kept_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """Paths present before and after with the same size and mtime (untouched files)."""
+    return sorted(p for p, st in before.items() if after.get(p) == st)
+
+
+def files_of(spark: SparkSession, name: str, where: str) -> list[str]:
+    """Data files holding the rows of ``name`` that satisfy ``where`` (sorted paths)."""
+    spark.catalog.refreshTable(name)
+    found = spark.table(name).where(where).select("_metadata.file_path").distinct().collect()
+    return sorted(unquote(urlparse(r[0]).path) for r in found)

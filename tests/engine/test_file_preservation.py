@@ -1,0 +1,191 @@
+"""What a merge leaves on disk: untouched files stay byte-for-byte, insert-only rewrites
+nothing, an empty source changes nothing, the source is read before the target changes."""
+
+from __future__ import annotations
+
+from dbt.adapters.rowmerge.merge import history
+from tests.engine.helpers import (
+    UPSERT,
+    create_table,
+    file_snapshot,
+    files_of,
+    kept_files,
+    merge,
+    new_files,
+    rows,
+    source_view,
+)
+
+INSERT_ONLY = [{"when": "not_matched", "action": "insert", "values": "*"}]
+
+
+def _target(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b")], [(3, "c")]])
+    return t
+
+
+def test_insert_only_merge_rewrites_no_file(spark, db):
+    t = _target(spark, db)
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "X"), (5, "e"), (6, "f")])
+    result = merge(spark, t, src, INSERT_ONLY)
+    assert rows(spark, t) == [(1, "a"), (2, "b"), (3, "c"), (5, "e"), (6, "f")]
+    after = file_snapshot(spark, t)
+    assert kept_files(before, after) == sorted(before)
+    m = result.metrics
+    assert (m["numTargetRowsInserted"], m["numTargetRowsUpdated"], m["numTargetRowsCopied"]) == (2, 0, 0)
+    assert (m["numTargetFilesRemoved"], m["numTargetBytesRemoved"]) == (0, 0)
+    assert m["numTargetFilesAdded"] == len(new_files(before, after)) == 1
+    assert result.version == 1
+
+
+def test_insert_only_merge_inserts_every_duplicate_source_row(spark, db):
+    t = _target(spark, db)
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(5, "e"), (5, "e"), (6, "f"), (2, "b")])
+    result = merge(spark, t, src, INSERT_ONLY)
+    assert rows(spark, t) == [(1, "a"), (2, "b"), (3, "c"), (5, "e"), (5, "e"), (6, "f")]
+    assert result.metrics["numTargetRowsInserted"] == 3
+    assert kept_files(before, file_snapshot(spark, t)) == sorted(before)
+
+
+def test_empty_source_changes_nothing(spark, db):
+    t = _target(spark, db)
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [])
+    result = merge(spark, t, src, UPSERT)
+    assert rows(spark, t) == [(1, "a"), (2, "b"), (3, "c")]
+    assert file_snapshot(spark, t) == before
+    m = result.metrics
+    assert m["numSourceRows"] == 0
+    assert (m["numTargetRowsInserted"], m["numTargetRowsUpdated"], m["numTargetFilesAdded"]) == (0, 0, 0)
+    assert result.version == 0
+    assert history(spark, t) == []
+
+
+def test_empty_source_with_not_matched_by_source_delete_removes_every_row(spark, db):
+    t = _target(spark, db)
+    src = source_view(spark, f"{db}_src", "id long, v string", [])
+    result = merge(spark, t, src, [*UPSERT, {"when": "not_matched_by_source", "action": "delete"}])
+    assert rows(spark, t) == []
+    assert file_snapshot(spark, t) == {}
+    m = result.metrics
+    assert (m["numTargetRowsDeleted"], m["numTargetFilesRemoved"], m["numTargetFilesAdded"]) == (3, 2, 0)
+    assert result.version == 1
+
+
+def test_empty_target_upsert_inserts_every_source_row(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[]])
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "a"), (2, "b")])
+    result = merge(spark, t, src, [*UPSERT, {"when": "not_matched_by_source", "action": "delete"}])
+    assert rows(spark, t) == [(1, "a"), (2, "b")]
+    m = result.metrics
+    assert (m["numTargetRowsInserted"], m["numTargetRowsUpdated"], m["numTargetRowsDeleted"]) == (2, 0, 0)
+    assert m["numTargetFilesRemoved"] == 0
+
+
+def test_untouched_files_are_byte_for_byte_the_same_files(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a")], [(2, "b"), (3, "c")], [(4, "d")], [(5, "e")]])
+    before = file_snapshot(spark, t)
+    untouched = sorted(files_of(spark, t, "id = 1") + files_of(spark, t, "id = 5"))
+    contents = {p: open(p, "rb").read() for p in untouched}
+    src = source_view(spark, f"{db}_src", "id long, v string, op string", [(2, "B", "U"), (4, None, "D")])
+    result = merge(
+        spark,
+        t,
+        src,
+        [
+            {"when": "matched", "condition": "s.op = 'D'", "action": "delete"},
+            {"when": "matched", "action": "update", "set": {"v": "s.v"}},
+        ],
+    )
+    assert rows(spark, t) == [(1, "a"), (2, "B"), (3, "c"), (5, "e")]
+    after = file_snapshot(spark, t)
+    assert kept_files(before, after) == untouched
+    assert all(open(p, "rb").read() == data for p, data in contents.items())
+    m = result.metrics
+    assert m["numTargetFilesRemoved"] == 2
+    # The file whose only row was deleted is not replaced by an empty one.
+    assert m["numTargetFilesAdded"] == len(new_files(before, after)) == 1
+
+
+def test_deleting_every_row_of_a_file_adds_no_file(spark, db):
+    t = _target(spark, db)
+    before = file_snapshot(spark, t)
+    untouched = files_of(spark, t, "id = 3")
+    src = source_view(spark, f"{db}_src", "id long", [(1,), (2,)])
+    result = merge(spark, t, src, [{"when": "matched", "action": "delete"}])
+    assert rows(spark, t) == [(3, "c")]
+    assert file_snapshot(spark, t) == {p: before[p] for p in untouched}
+    m = result.metrics
+    assert (m["numTargetRowsDeleted"], m["numTargetFilesRemoved"], m["numTargetFilesAdded"]) == (2, 1, 0)
+
+
+def test_self_referencing_source_sees_pre_merge_target(spark, db):
+    t = _target(spark, db)
+    view = f"{db}_self"
+    spark.sql(
+        f"SELECT id, v || '!' AS v FROM {t} UNION ALL SELECT id + 10 AS id, v FROM {t} WHERE id < 3"
+    ).createOrReplaceTempView(view)
+    result = merge(spark, t, view, UPSERT)
+    assert rows(spark, t) == [(1, "a!"), (2, "b!"), (3, "c!"), (11, "a"), (12, "b")]
+    m = result.metrics
+    assert m["numSourceRows"] == 5
+    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"]) == (3, 2)
+
+
+def test_successive_merges_commit_increasing_versions(spark, db):
+    t = _target(spark, db)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A")])
+    first = merge(spark, t, src, UPSERT)
+    src2 = source_view(spark, f"{db}_src2", "id long, v string", [(1, "AA"), (4, "d")])
+    second = merge(spark, t, src2, UPSERT)
+    assert (first.version, second.version) == (1, 2)
+    assert rows(spark, t) == [(1, "AA"), (2, "b"), (3, "c"), (4, "d")]
+    log = history(spark, t)
+    assert [h["version"] for h in log] == [2, 1]
+    assert [h["operation"] for h in log] == ["MERGE", "MERGE"]
+    assert log[0]["metrics"]["numTargetRowsInserted"] == 1
+    assert log[1]["metrics"]["numTargetRowsInserted"] == 0
+
+
+def test_empty_source_insert_only_changes_nothing(spark, db):
+    t = _target(spark, db)
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [])
+    result = merge(spark, t, src, INSERT_ONLY)
+    assert rows(spark, t) == [(1, "a"), (2, "b"), (3, "c")]
+    assert file_snapshot(spark, t) == before
+    assert (result.version, result.metrics["numTargetFilesAdded"]) == (0, 0)
+    assert history(spark, t) == []
+
+
+def test_empty_target_without_any_file_takes_inserts(spark, db):
+    t = f"{db}.t"
+    spark.sql(f"CREATE TABLE {t} (id bigint, v string) USING parquet")
+    assert file_snapshot(spark, t) == {}
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "a"), (2, "b")])
+    result = merge(spark, t, src, [*UPSERT, {"when": "not_matched_by_source", "action": "delete"}])
+    assert rows(spark, t) == [(1, "a"), (2, "b")]
+    m = result.metrics
+    assert (m["numTargetFilesBeforeSkipping"], m["numTargetFilesRemoved"], m["numTargetRowsInserted"]) == (
+        0,
+        0,
+        2,
+    )
+    assert result.version == 1
+
+
+def test_source_is_the_target_table_itself(spark, db):
+    t = _target(spark, db)
+    before = file_snapshot(spark, t)
+    result = merge(spark, t, t, UPSERT)
+    assert rows(spark, t) == [(1, "a"), (2, "b"), (3, "c")]
+    assert file_snapshot(spark, t) == before
+    assert (result.version, result.metrics["numSourceRows"]) == (0, 3)
+    result = merge(spark, t, t, [{"when": "matched", "action": "update", "set": {"v": "s.v || '!'"}}])
+    assert rows(spark, t) == [(1, "a!"), (2, "b!"), (3, "c!")]
+    assert result.metrics["numTargetRowsUpdated"] == 3
