@@ -244,3 +244,9 @@ def test_parse_spec_messages_name_the_clause_origin() -> None:
         )
     )
     assert parsed.clauses[0].label == "delete_condition (when: matched, action: delete)"
+
+
+def test_parse_spec_rejects_change_data_feed_until_supported() -> None:
+    assert problems_of(spec(change_data_feed={"table": "analytics.orders__changes"})) == [
+        "`change_data_feed` is not available in this version of dbt-rowmerge yet; remove it"
+    ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -37,6 +38,15 @@ NO_ACTION = -1
 def q(*parts: str) -> str:
     """Quote a (qualified) column name for F.col."""
     return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
+
+
+# Spark keeps a CHAR(n)/VARCHAR(n) column's declared type here; the schema says "string".
+CHAR_VARCHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
+
+
+def _char_limit(fld: StructField) -> int | None:
+    found = re.fullmatch(r"(?:var)?char\((\d+)\)", str(fld.metadata.get(CHAR_VARCHAR_KEY, "")), re.I)
+    return int(found.group(1)) if found else None
 
 
 def _short(exc: Exception) -> str:
@@ -70,6 +80,7 @@ class MergePlan:
     not_matched_by_source: list[ResolvedClause]
     key_pairs: list[tuple[str, str]]  # (target column, source expression) of `=` conjuncts in on
     target_only_conjuncts: list[str]  # conjuncts of on that read only the target
+    on_target_columns: list[str]  # target columns `on` reads (for error samples)
 
     # -- row classification (valid on any frame that has both aliases) --------------------
     @property
@@ -137,7 +148,10 @@ class MergePlan:
 
     def key_sample(self) -> Column:
         """A readable rendering of the target row's key columns, for error messages."""
-        cols = [t for t, _ in self.key_pairs] or [self.target.columns[0]]
+        cols = [t for t, _ in self.key_pairs] or [
+            self.target.field(c).name for c in self.on_target_columns if self.target.has_column(c)
+        ]
+        cols = cols or [self.target.columns[0]]
         parts = []
         for c in cols:
             parts.append(F.lit(f"{c}="))
@@ -149,41 +163,91 @@ class MergePlan:
 # -- construction and validation ------------------------------------------------------------
 
 
-def _split_conjuncts(sql: str) -> list[str]:
-    """Split on top-level AND (outside parentheses and quotes)."""
-    out, depth, quote, start, i = [], 0, "", 0, 0
-    low = sql.lower()
-    while i < len(sql):
-        ch = sql[i]
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "'\"`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif (
-            depth == 0
-            and low.startswith("and", i)
-            and (i == 0 or not (low[i - 1].isalnum() or low[i - 1] == "_"))
-        ):
-            end = i + 3
-            if end < len(low) and (low[end].isalnum() or low[end] == "_"):
-                i += 1
+def _class(jexpr: Any) -> str:
+    return str(jexpr.getClass().getSimpleName())
+
+
+def _conjuncts(jexpr: Any) -> list[Any]:
+    """Top-level AND operands of a parsed expression (Spark's parser decides precedence)."""
+    if _class(jexpr) == "And":
+        return _conjuncts(jexpr.left()) + _conjuncts(jexpr.right())
+    return [jexpr]
+
+
+def _name_parts(jexpr: Any) -> list[str] | None:
+    if _class(jexpr) != "UnresolvedAttribute":
+        return None
+    parts = jexpr.nameParts()
+    return [str(parts.apply(i)) for i in range(parts.size())]
+
+
+def _qualified_column(jexpr: Any, alias: str) -> str | None:
+    """``alias.column`` -> column, for a plain attribute reference with that qualifier."""
+    parts = _name_parts(jexpr)
+    if parts and len(parts) == 2 and parts[0].lower() == alias.lower():
+        return parts[1]
+    return None
+
+
+def _columns_of(jexpr: Any, alias: str) -> list[str]:
+    """Every ``alias.column`` referenced anywhere in the expression, in order, once."""
+    found: list[str] = []
+    stack = [jexpr]
+    while stack:
+        e = stack.pop()
+        col = _qualified_column(e, alias)
+        if col is not None and col not in found:
+            found.append(col)
+        children = e.children()
+        stack.extend(children.apply(i) for i in reversed(range(children.size())))
+    return found
+
+
+def _key_pair(conj: Any, ta: str, sa: str) -> tuple[str, str] | None:
+    """``target.col = source.col`` (either order) -> (col, source column SQL); not ``<=>``."""
+    if _class(conj) != "EqualTo":  # <=> matches NULLs, which range pruning would drop
+        return None
+    for t_side, s_side in ((conj.left(), conj.right()), (conj.right(), conj.left())):
+        tcol, scol = _qualified_column(t_side, ta), _qualified_column(s_side, sa)
+        if tcol is not None and scol is not None:
+            return tcol, f"`{sa}`.`{scol}`"
+    return None
+
+
+@dataclass
+class OnAnalysis:
+    key_pairs: list[tuple[str, str]]
+    target_only: list[str]
+    target_columns: list[str]
+
+
+def analyze_on(
+    spark: Any, on: str, ta: str, sa: str, target: TargetTable, s_ctx: DataFrame, t_ctx: DataFrame
+) -> OnAnalysis:
+    """What `on` lets the scan prune: `target.col = source.col` conjuncts and target-only ones."""
+    parsed = spark._jsparkSession.sessionState().sqlParser().parseExpression(on)
+    key_pairs: list[tuple[str, str]] = []
+    target_only: list[str] = []
+    for conj in _conjuncts(parsed):
+        pair = _key_pair(conj, ta, sa)
+        if pair is not None:
+            tcol, sexpr = pair
+            # Range pruning compares target values with source values; only sound when
+            # both sides have the same type (otherwise the join's implicit casts decide).
+            try:
+                stype = s_ctx.select(F.expr(sexpr)).schema.fields[0].dataType
+            except AnalysisException:
                 continue
-            out.append(sql[start:i])
-            start = end
-            i = end
+            if target.has_column(tcol) and stype == target.field(tcol).dataType:
+                key_pairs.append((target.field(tcol).name, sexpr))
             continue
-        i += 1
-    out.append(sql[start:])
-    return [c.strip() for c in out if c.strip()]
-
-
-def _ident(alias: str) -> str:
-    return rf"`?{re.escape(alias)}`?\s*\.\s*`?([A-Za-z_][A-Za-z0-9_]*)`?"
+        text = str(conj.sql())
+        try:
+            t_ctx.select(F.expr(text))
+            target_only.append(text)
+        except AnalysisException:
+            pass
+    return OnAnalysis(key_pairs, target_only, _columns_of(parsed, ta))
 
 
 def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_df: DataFrame) -> MergePlan:
@@ -217,7 +281,10 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
         if not joined._jdf.queryExecution().analyzed().deterministic():
             problems.append(f"`on` ({spec.on}) is non-deterministic; a merge condition must be repeatable")
     except AnalysisException as exc:
-        problems.append(f"`on` ({spec.on}) cannot be resolved: {_short(exc)}")
+        if "NON_DETERMINISTIC" in str(exc):
+            problems.append(f"`on` ({spec.on}) is non-deterministic; a merge condition must be repeatable")
+        else:
+            problems.append(f"`on` ({spec.on}) cannot be resolved: {_short(exc)}")
         raise MergeSpecError(problems) from None
 
     def check(ctx: DataFrame, text: str, what: str, boolean: bool, scope_hint: str | None) -> Column | None:
@@ -247,7 +314,8 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
             src_type = probe.schema.fields[0].dataType
         except AnalysisException:
             return col
-        if src_type == fld.dataType:
+        limit = _char_limit(fld)
+        if src_type == fld.dataType and limit is None:
             return col
         try:
             ctx.select(col.cast(fld.dataType))
@@ -257,10 +325,15 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
                 f"column '{fld.name}' of type {fld.dataType.simpleString()}"
             )
             return col
-        casted = col.try_cast(fld.dataType)
+        casted = col if src_type == fld.dataType else col.try_cast(fld.dataType)
         failure = col.isNotNull() & casted.isNull()
+        declared = fld.dataType.simpleString()
+        if limit is not None:
+            # Spark's own rule for CHAR/VARCHAR: trailing spaces beyond the limit are fine.
+            failure = failure | (F.length(F.rtrim(casted)) > limit)
+            declared = str(fld.metadata[CHAR_VARCHAR_KEY])
         message = F.concat(
-            F.lit(f"{CAST_ERROR_MARK}[column '{fld.name}' ({fld.dataType.simpleString()}), value '"),
+            F.lit(f"{CAST_ERROR_MARK}[column '{fld.name}' ({declared}), value '"),
             col.cast("string"),
             F.lit(f"' from {text}]"),
         )
@@ -322,38 +395,7 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
                         rc.values[match[0].name] = cast_to(value, text, ctx, match[0], label)
         resolved[clause.when].append(rc)
 
-    # What `on` lets the scan prune: `target.col = source.col` conjuncts and target-only ones.
-    key_pairs: list[tuple[str, str]] = []
-    target_only: list[str] = []
-    t_ref, s_ref = _ident(ta), _ident(sa)
-    for conj in _split_conjuncts(spec.on):
-        body = conj
-        while body.startswith("(") and body.endswith(")"):
-            body = body[1:-1].strip()
-        pair: tuple[str, str] | None = None
-        m = re.fullmatch(rf"{t_ref}\s*=\s*({s_ref})", body, re.IGNORECASE)
-        if m:
-            pair = (m.group(1), m.group(2))
-        else:
-            m2 = re.fullmatch(rf"({s_ref})\s*=\s*{t_ref}", body, re.IGNORECASE)
-            pair = (m2.group(3), m2.group(1)) if m2 else None
-        if pair and target.has_column(pair[0]):
-            # Range pruning compares target values with source literals; only sound when
-            # both sides have the same type (otherwise the join's implicit casts decide).
-            try:
-                same_type = s_ctx.select(F.expr(pair[1])).schema.fields[0].dataType == (
-                    target.field(pair[0]).dataType
-                )
-            except AnalysisException:
-                same_type = False
-            if same_type:
-                key_pairs.append((target.field(pair[0]).name, pair[1]))
-            continue
-        try:
-            t_ctx.select(F.expr(body))
-            target_only.append(body)
-        except AnalysisException:
-            pass
+    on_info = analyze_on(source.sparkSession, spec.on, ta, sa, target, s_ctx, t_ctx)
 
     if problems:
         raise MergeSpecError(problems)
@@ -366,6 +408,7 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
         matched=resolved["matched"],
         not_matched=resolved["not_matched"],
         not_matched_by_source=resolved["not_matched_by_source"],
-        key_pairs=key_pairs,
-        target_only_conjuncts=target_only,
+        key_pairs=on_info.key_pairs,
+        target_only_conjuncts=on_info.target_only,
+        on_target_columns=on_info.target_columns,
     )

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from .errors import CardinalityViolation
 from .plan import FILE, NO_ACTION, ROW, SIZE, SRC_ID, TGT_PRESENT, MergePlan, ResolvedClause
-from .source import MaterializedSource
+from .source import MaterializedSource, decode
 
 MAX_CARDINALITY_SAMPLES = 5
 
@@ -46,12 +46,13 @@ def pruned_target(spark: SparkSession, plan: MergePlan, source: MaterializedSour
     filters: list[Column] = []
     for tcol, stats in source.key_stats.items():
         col = F.col(f"`{tcol}`")
+        dtype = plan.target.field(tcol).dataType
         if stats["min"] is None:  # empty source or only NULL keys: `=` matches nothing
             filters.append(F.lit(False))
         elif "values" in stats:
-            filters.append(col.isin(*[F.lit(v) for v in stats["values"]]))
+            filters.append(col.isin(*[decode(v, dtype) for v in stats["values"]]))
         else:
-            filters.append(col.between(F.lit(stats["min"]), F.lit(stats["max"])))
+            filters.append(col.between(decode(stats["min"], dtype), decode(stats["max"], dtype)))
     aliased = df.alias(plan.ta)
     for conj in plan.target_only_conjuncts:
         filters.append(F.expr(conj))

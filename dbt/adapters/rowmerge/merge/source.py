@@ -11,9 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DateType,
+    NumericType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError
@@ -36,11 +45,44 @@ class MaterializedSource:
         return F.broadcast(self.df) if self.broadcastable else self.df
 
 
+def _prunable(dtype: DataType) -> bool:
+    return isinstance(
+        dtype, (NumericType, StringType, DateType, TimestampType, TimestampNTZType, BooleanType)
+    )
+
+
+def encode(col: Column, dtype: DataType) -> Column:
+    """A key statistic as a driver-safe value that :func:`decode` turns back exactly.
+
+    Raw Python values would not round-trip: a naive datetime is read back in the driver's
+    time zone. Instants travel as epoch microseconds, everything else as Spark's own text.
+    """
+    if isinstance(dtype, TimestampType):
+        return F.unix_micros(col)
+    return col.cast("string")
+
+
+def decode(value: Any, dtype: DataType) -> Column:
+    if isinstance(dtype, TimestampType):
+        return F.timestamp_micros(F.lit(value))
+    return F.lit(value).cast(dtype)
+
+
 def _estimated_bytes(schema: StructType, rows: int) -> int:
     """Rough in-memory size: fixed widths for primitives, 32 bytes for anything else."""
-    widths = {"ByteType": 1, "BooleanType": 1, "ShortType": 2, "IntegerType": 4, "FloatType": 4,
-              "DateType": 4, "LongType": 8, "DoubleType": 8, "TimestampType": 8,
-              "TimestampNTZType": 8, "DecimalType": 16}
+    widths = {
+        "ByteType": 1,
+        "BooleanType": 1,
+        "ShortType": 2,
+        "IntegerType": 4,
+        "FloatType": 4,
+        "DateType": 4,
+        "LongType": 8,
+        "DoubleType": 8,
+        "TimestampType": 8,
+        "TimestampNTZType": 8,
+        "DecimalType": 16,
+    }
     row = sum(widths.get(type(f.dataType).__name__, 32) for f in schema.fields) + 8
     return row * rows
 
@@ -72,14 +114,19 @@ def materialize(spark: SparkSession, plan: MergePlan, source: DataFrame) -> Mate
     aliased = df.alias(plan.sa)
     aggs = [F.count(F.lit(1)).alias("n")]
     partition_cols = {c.lower() for c in plan.target.partition_columns}
-    for i, (tcol, sexpr) in enumerate(plan.key_pairs):
+    prunable = [
+        (i, t, e) for i, (t, e) in enumerate(plan.key_pairs) if _prunable(plan.target.field(t).dataType)
+    ]
+    for i, tcol, sexpr in prunable:
+        dtype = plan.target.field(tcol).dataType
         value = F.expr(sexpr)
-        aggs += [F.min(value).alias(f"min{i}"), F.max(value).alias(f"max{i}")]
+        aggs += [encode(F.min(value), dtype).alias(f"min{i}"), encode(F.max(value), dtype).alias(f"max{i}")]
         if tcol.lower() in partition_cols:
-            aggs.append(F.slice(F.collect_set(value), 1, MAX_IN_LIST_VALUES + 1).alias(f"set{i}"))
+            distinct = F.collect_set(encode(value, dtype))
+            aggs.append(F.slice(distinct, 1, MAX_IN_LIST_VALUES + 1).alias(f"set{i}"))
     row = aliased.agg(*aggs).collect()[0]
     stats: dict[str, dict[str, Any]] = {}
-    for i, (tcol, _) in enumerate(plan.key_pairs):
+    for i, tcol, _ in prunable:
         entry: dict[str, Any] = {"min": row[f"min{i}"], "max": row[f"max{i}"]}
         if f"set{i}" in row.asDict() and row[f"set{i}"] is not None:
             values = list(row[f"set{i}"])

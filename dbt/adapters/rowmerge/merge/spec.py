@@ -193,6 +193,10 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
     cdf = raw.get("change_data_feed")
     if cdf is not None and not (isinstance(cdf, Mapping) and _is_str(cdf.get("table"))):
         problems.append(f"`change_data_feed` must be null or a mapping with a `table` name, got {cdf!r}")
+    elif cdf is not None:
+        problems.append(
+            "`change_data_feed` is not available in this version of dbt-rowmerge yet; remove it"
+        )
 
     clauses = _parse_clauses(raw.get("clauses"), problems)
     if problems:
