@@ -22,7 +22,7 @@ test: $(STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check dbt tests scripts
+	$(BIN)/ruff check dbt tests scripts benchmarks
 	$(BIN)/mypy dbt/adapters/rowmerge
 
 bench: $(STAMP)

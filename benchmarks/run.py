@@ -51,11 +51,24 @@ UPSERT = [
 ]
 CDC = [
     {"when": "matched", "condition": "s.op = 'D'", "action": "delete"},
-    {"when": "matched", "action": "update", "set": {"amount": "s.amount", "status": "s.status",
-                                                     "updated_at": "s.updated_at"}},
-    {"when": "not_matched", "condition": "s.op <> 'D'", "action": "insert",
-     "values": {"id": "s.id", "customer": "s.customer", "amount": "s.amount", "status": "s.status",
-                "updated_at": "s.updated_at", "day": "s.day"}},
+    {
+        "when": "matched",
+        "action": "update",
+        "set": {"amount": "s.amount", "status": "s.status", "updated_at": "s.updated_at"},
+    },
+    {
+        "when": "not_matched",
+        "condition": "s.op <> 'D'",
+        "action": "insert",
+        "values": {
+            "id": "s.id",
+            "customer": "s.customer",
+            "amount": "s.amount",
+            "status": "s.status",
+            "updated_at": "s.updated_at",
+            "day": "s.day",
+        },
+    },
 ]
 
 
@@ -105,10 +118,10 @@ def src_cdc(spark: SparkSession, rows: int) -> DataFrame:
 SCENARIOS = [
     Scenario("upsert_recent", "1% updates among the newest rows + 1% inserts", False, src_recent, UPSERT),
     Scenario("upsert_scattered", "0.1% updates spread over every file", False, src_scattered, UPSERT),
-    Scenario("insert_only", "2% new rows, insert-only merge", False, src_insert_only,
-             [UPSERT[1]]),
-    Scenario("partitioned_cdc", "30 day partitions; CDC updates/deletes/inserts in the last 2",
-             True, src_cdc, CDC),
+    Scenario("insert_only", "2% new rows, insert-only merge", False, src_insert_only, [UPSERT[1]]),
+    Scenario(
+        "partitioned_cdc", "30 day partitions; CDC updates/deletes/inserts in the last 2", True, src_cdc, CDC
+    ),
 ]
 
 
@@ -120,8 +133,10 @@ def spark_session() -> SparkSession:
         .config("spark.driver.memory", "4g")
         .config("spark.sql.warehouse.dir", str(WORK / "warehouse"))
         .config("spark.sql.ansi.enabled", "false")
-        .config("spark.hadoop.javax.jdo.option.ConnectionURL",
-                f"jdbc:derby:;databaseName={WORK / 'metastore_db'};create=true")
+        .config(
+            "spark.hadoop.javax.jdo.option.ConnectionURL",
+            f"jdbc:derby:;databaseName={WORK / 'metastore_db'};create=true",
+        )
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={WORK}")
         .enableHiveSupport()
     )
@@ -164,7 +179,10 @@ def baseline_full_rewrite(spark: SparkSession, table: str, sc: Scenario) -> dict
     is_delete = F.col("s.op") == "D" if "op" in spark.table(f"{table}_src").columns else F.lit(False)
     keep = ~(F.col("s.id").isNotNull() & F.coalesce(is_delete, F.lit(False)))
     merged = joined.where(keep).select(
-        *[F.when(F.col("s.id").isNotNull(), F.col(f"s.{c}")).otherwise(F.col(f"t.{c}")).alias(c) for c in cols]
+        *[
+            F.when(F.col("s.id").isNotNull(), F.col(f"s.{c}")).otherwise(F.col(f"t.{c}")).alias(c)
+            for c in cols
+        ]
     )
     out = f"{table}_baseline"
     writer = merged.write.format("parquet")
@@ -213,8 +231,17 @@ def run_scenario(spark: SparkSession, sc: Scenario, rows: int, files: int) -> Ou
 
     base = baseline_full_rewrite(spark, table, sc)
     start = time.monotonic()
-    result = run_merge(spark, {"target": table, "source": f"{table}_src", "target_alias": "t",
-                               "source_alias": "s", "on": "t.id = s.id", "clauses": sc.clauses})
+    result = run_merge(
+        spark,
+        {
+            "target": table,
+            "source": f"{table}_src",
+            "target_alias": "t",
+            "source_alias": "s",
+            "on": "t.id = s.id",
+            "clauses": sc.clauses,
+        },
+    )
     merge_seconds = time.monotonic() - start
     m = result.metrics
     identical = checksum(spark, table) == checksum(spark, base["table"])
@@ -247,8 +274,9 @@ def write_results(outcomes: list[Outcome], args: argparse.Namespace) -> None:
         "master": os.environ.get("BENCH_MASTER", "local[2]"),
         "date": time.strftime("%Y-%m-%d"),
     }
-    (RESULTS / "results.json").write_text(json.dumps({"meta": meta, "scenarios": [asdict(o) for o in outcomes]},
-                                                     indent=1))
+    (RESULTS / "results.json").write_text(
+        json.dumps({"meta": meta, "scenarios": [asdict(o) for o in outcomes]}, indent=1)
+    )
     lines = [
         f"Table of {args.rows:,} rows in {args.files} Parquet files; {meta['machine']}; Spark "
         f"`{meta['master']}`; {meta['date']}. Ratios are row_level_merge / full rewrite, same run.",
@@ -287,7 +315,9 @@ def write_results(outcomes: list[Outcome], args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--files", type=int, default=64)
     parser.add_argument("--scenarios", default=",".join(s.name for s in SCENARIOS))
