@@ -1,0 +1,199 @@
+"""Invalid row_level_merge config: exact messages, and nothing changes.
+
+Every model has a good config (var `bad` false) and a bad one (var `bad` true). Three runs:
+
+A. bad config before any table exists: static problems fail even on this first run, and
+   no table is created (column-level problems need the target's columns: not checked here);
+B. good config: every table is created;
+C. bad config again, now incremental: every model fails, and its table is unchanged.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dbt.tests.util import run_dbt
+
+from tests.functional.helpers import by_name, column_names, rows, table_exists, values
+
+S = "DBT_INTERNAL_SOURCE"
+PREFIX = "Invalid row_level_merge config for {rel}: "
+GOOD_ROWS = [(1, "a"), (2, "b")]
+
+
+def bad_model(bad: str, good: str = "unique_key='id'") -> str:
+    base = "materialized='incremental', incremental_strategy='row_level_merge', "
+    return (
+        "{% if var('bad', false) %}\n"
+        + "{{ config("
+        + base
+        + bad
+        + ") }}\n"
+        + values("id, name", "(2, 'B')", "(3, 'c')")
+        + "\n{% else %}\n"
+        + "{{ config("
+        + base
+        + good
+        + ") }}\n"
+        + values("id, name", "(1, 'a')", "(2, 'b')")
+        + "\n{% endif %}\n"
+    )
+
+
+# name -> (bad config, expected message; {rel} is the model's relation, {prefix} the
+# common "Invalid row_level_merge config for <rel>: " start)
+STATIC = {
+    "unknown_when": (
+        "unique_key='id', merge_clauses=[{'when': 'sometimes', 'action': 'delete'}]",
+        "{prefix}merge_clauses[0]: unknown `when` 'sometimes'; use one of matched, not_matched, "
+        "not_matched_by_source",
+    ),
+    "unknown_action": (
+        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'upsert', 'set': '*'}]",
+        "{prefix}merge_clauses[0] (when: matched): unknown `action` 'upsert'; use one of update, delete",
+    ),
+    "set_on_insert": (
+        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'update', 'set': '*'},"
+        " {'when': 'not_matched', 'action': 'insert', 'set': '*', 'values': '*'}]",
+        "{prefix}merge_clauses[1] (when: not_matched): `set` is for update; an insert takes `values`",
+    ),
+    "values_on_update": (
+        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'update', 'set': '*', 'values': '*'}]",
+        "{prefix}merge_clauses[0] (when: matched): `values` is for insert; an update takes `set`",
+    ),
+    "insert_under_matched": (
+        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'insert', 'values': '*'}]",
+        "{prefix}merge_clauses[0] (when: matched): action 'insert' is not allowed here; when: matched "
+        "allows update or delete (insert is only for when: not_matched)",
+    ),
+    "unconditional_not_last": (
+        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'update', 'set': '*'},"
+        f" {{'when': 'matched', 'condition': \"{S}.name = 'x'\", 'action': 'delete'}}]",
+        "{prefix}merge_clauses[0] (when: matched): only the last matched clause may omit `condition`; "
+        "a clause after it could never act. Add a condition or move it last",
+    ),
+    "update_and_exclude": (
+        "unique_key='id', merge_update_columns=['name'], merge_exclude_columns=['id']",
+        "{prefix}`merge_update_columns` and `merge_exclude_columns` cannot both be set; use one",
+    ),
+    "no_unique_key": (
+        "matched_condition='true'",
+        "{prefix}`unique_key` is required for incremental_strategy='row_level_merge' (it builds the "
+        "merge `on` condition; with merge_clauses too)",
+    ),
+    "no_unique_key_clauses": (
+        "merge_clauses=[{'when': 'matched', 'action': 'update', 'set': '*'}]",
+        "{prefix}`unique_key` is required for incremental_strategy='row_level_merge' (it builds the "
+        "merge `on` condition; with merge_clauses too)",
+    ),
+    "bad_nmbs_action": (
+        "unique_key='id', not_matched_by_source_action='archive'",
+        "{prefix}`not_matched_by_source_action` must be 'delete' or 'update', got 'archive'",
+    ),
+    "nmbs_update_without_set": (
+        "unique_key='id', not_matched_by_source_action='update'",
+        "{prefix}`not_matched_by_source_action`='update' needs `not_matched_by_source_set` (a mapping "
+        "of target column to SQL expression)",
+    ),
+    "skip_both_steps": (
+        "unique_key='id', skip_matched_step=true, skip_not_matched_step=true",
+        "{prefix}`skip_matched_step` and `skip_not_matched_step` together leave no clause to run",
+    ),
+    "clauses_and_shorthand": (
+        "unique_key='id', matched_condition='true', "
+        "merge_clauses=[{'when': 'matched', 'action': 'update', 'set': '*'}]",
+        "{prefix}`merge_clauses` cannot be combined with the shorthand key(s) matched_condition; "
+        "write those clauses into merge_clauses instead",
+    ),
+    "delta_format": (
+        "unique_key='id', file_format='delta'",
+        "Invalid incremental strategy for file_format 'delta': row_level_merge is for plain "
+        "Parquet/ORC tables. A delta table has MERGE INTO built in: use incremental_strategy='merge' "
+        "(dbt-spark's own merge) for it.",
+    ),
+    "csv_format": (
+        "unique_key='id', file_format='csv'",
+        "Invalid file_format 'csv' for incremental_strategy='row_level_merge': set file_format to "
+        "'parquet' (the default) or 'orc'.",
+    ),
+}
+
+# Problems that need the target's columns: reported at the first merge.
+COLUMN_LEVEL = {
+    "update_column_missing": (
+        "unique_key='id', merge_update_columns=['name', 'nope']",
+        "{prefix}`merge_update_columns` names column 'nope', which {rel} does not have (columns: id, name)",
+    ),
+    "exclude_column_missing": (
+        "unique_key='id', merge_exclude_columns=['nope']",
+        "{prefix}`merge_exclude_columns` names column 'nope', which {rel} does not have (columns: id, name)",
+    ),
+    "set_column_missing": (
+        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'update', "
+        f"'set': {{'nope': '{S}.name'}}}}]",
+        "{prefix}merge_clauses[0] (when: matched, action: update): `set` names column 'nope', which the "
+        "target {rel} does not have (columns: id, name)",
+    ),
+    "condition_unresolved": (
+        f"unique_key='id', matched_condition='{S}.nope > 0'",
+        "{prefix}matched_condition (when: matched, action: update) condition "
+        f"({S}.nope > 0) cannot be resolved",
+    ),
+    # DESIGN §5: not_matched conditions may reference only the source. (The shorthand wraps
+    # the condition in parentheses, hence the double ones.)
+    "not_matched_cond_uses_target": (
+        "unique_key='id', not_matched_condition=\"DBT_INTERNAL_DEST.name = 'x'\"",
+        "{prefix}not_matched_condition (when: not_matched, action: insert) condition "
+        "((DBT_INTERNAL_DEST.name = 'x')) may reference only the source (DBT_INTERNAL_SOURCE); "
+        "a not_matched row has no target row",
+    ),
+}
+
+ALL = {**STATIC, **COLUMN_LEVEL}
+
+
+def expected_message(project, name: str) -> str:
+    rel = f"{project.test_schema}.{name}"
+    return ALL[name][1].format(prefix=PREFIX.format(rel=rel), rel=rel)
+
+
+def _one_line(text: str) -> str:
+    """dbt indents and wraps nothing in these messages, but be robust to line breaks."""
+    return " ".join(text.split())
+
+
+class TestBadConfig:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {f"{name}.sql": bad_model(cfg) for name, (cfg, _) in ALL.items()}
+
+    @pytest.fixture(scope="class")
+    def runs(self, project):
+        first = by_name(
+            run_dbt(
+                ["run", "--vars", "{bad: true}", "--exclude", *COLUMN_LEVEL],
+                expect_pass=False,
+            )
+        )
+        created_on_first = {name: table_exists(project, name) for name in STATIC}
+        good = by_name(run_dbt(["run"]))
+        assert {n: r.status for n, r in good.items()} == {n: "success" for n in ALL}
+        assert all(table_exists(project, name) for name in ALL)
+        incremental = by_name(run_dbt(["run", "--vars", "{bad: true}"], expect_pass=False))
+        return first, created_on_first, incremental
+
+    @pytest.mark.parametrize("name", sorted(STATIC))
+    def test_fails_on_first_run(self, project, runs, name):
+        first, created_on_first, _ = runs
+        r = first[name]
+        assert r.status == "error", f"{name}: expected a config error, got {r.status}"
+        assert _one_line(expected_message(project, name)) in _one_line(r.message), r.message
+        assert not created_on_first[name], f"{name}: the table was created despite the config error"
+
+    @pytest.mark.parametrize("name", sorted(ALL))
+    def test_fails_on_incremental_run_and_changes_nothing(self, project, runs, name):
+        _, _, incremental = runs
+        r = incremental[name]
+        assert r.status == "error", f"{name}: expected a config error, got {r.status}"
+        assert _one_line(expected_message(project, name)) in _one_line(r.message), r.message
+        assert column_names(project, name) == ["id", "name"]
+        assert rows(project, name) == GOOD_ROWS
