@@ -94,8 +94,10 @@
 
   {%- if not config.get('skip_not_matched_step', false) -%}
     {%- set conds = [] -%}
-    {%- if config.get('not_matched_condition', none) -%}{%- do conds.append('(' ~ config.get('not_matched_condition') ~ ')') -%}{%- endif -%}
+    {%- if config.get('not_matched_condition', none) -%}{%- do conds.append(config.get('not_matched_condition')) -%}{%- endif -%}
     {%- if delete_condition -%}{%- do conds.append('NOT (' ~ delete_condition ~ ')') -%}{%- endif -%}
+    {#-- Parenthesize only when two conditions are combined. --#}
+    {%- if conds | length > 1 -%}{%- set conds = ['(' ~ conds[0] ~ ')', conds[1]] -%}{%- endif -%}
     {%- set origin = 'not_matched_condition' if config.get('not_matched_condition', none) else 'the default not-matched insert' -%}
     {%- set clause = {'when': 'not_matched', 'action': 'insert', 'values': '*', 'origin': origin} -%}
     {%- if conds -%}{%- do clause.update({'condition': conds | join(' AND ')}) -%}{%- endif -%}

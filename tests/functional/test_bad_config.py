@@ -138,12 +138,11 @@ COLUMN_LEVEL = {
         "{prefix}matched_condition (when: matched, action: update) condition "
         f"({S}.nope > 0) cannot be resolved",
     ),
-    # DESIGN §5: not_matched conditions may reference only the source. (The shorthand wraps
-    # the condition in parentheses, hence the double ones.)
+    # DESIGN §5: not_matched conditions may reference only the source.
     "not_matched_cond_uses_target": (
         "unique_key='id', not_matched_condition=\"DBT_INTERNAL_DEST.name = 'x'\"",
         "{prefix}not_matched_condition (when: not_matched, action: insert) condition "
-        "((DBT_INTERNAL_DEST.name = 'x')) may reference only the source (DBT_INTERNAL_SOURCE); "
+        "(DBT_INTERNAL_DEST.name = 'x') may reference only the source (DBT_INTERNAL_SOURCE); "
         "a not_matched row has no target row",
     ),
 }
