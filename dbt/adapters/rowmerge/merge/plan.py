@@ -27,7 +27,6 @@ from .table import TargetTable
 PREFIX = "__rowmerge_"
 SRC_PRESENT = PREFIX + "src"  # literal true on every source row: NULL after an outer join = no match
 SRC_ID = PREFIX + "sid"  # fixed id of each source row (assigned before the checkpoint)
-TGT_PRESENT = PREFIX + "tgt"
 FILE = PREFIX + "file"  # _metadata.file_path of the target row
 ROW = PREFIX + "row"  # row position inside its file (row_index, or a per-scan id for ORC)
 SIZE = PREFIX + "size"  # _metadata.file_size
@@ -93,9 +92,6 @@ class MergePlan:
 
     def src_present(self) -> Column:
         return F.col(q(self.sa, SRC_PRESENT)).isNotNull()
-
-    def tgt_present(self) -> Column:
-        return F.col(q(self.ta, TGT_PRESENT)).isNotNull()
 
     def old(self, name: str) -> Column:
         if any(f.name == name for f in self.new_fields):

@@ -1,12 +1,12 @@
 """Phase 4: write the new files — rewritten touched files (copy-on-write) plus inserts.
 
 Only touched files are read here (a ``_metadata.file_path`` filter prunes the listing).
-Their rows are joined with the source (target preserved) and each is kept, updated or
-dropped by the clause that acts on it; copied rows keep their values. Inserts are source
-rows that match no target row at all (an anti-join with the pruned target), so a matched
-source row whose matched clauses do not act is never inserted. Both go out in one write
-job into the commit's staging folder, partitioned like the table, in about as many files
-as were rewritten.
+Their rows are joined with the (broadcast) source, target preserved, and each is kept,
+updated or dropped by the clause that acts on it; copied rows keep their values. Inserts
+are the source rows the scan found matching no target row (an insert-only merge, which has
+no scan, finds them by joining the pruned target with the source once), so a matched source
+row whose matched clauses do not act is never inserted. Both go out in one write job into
+the commit's staging folder, partitioned like the table.
 """
 
 from __future__ import annotations

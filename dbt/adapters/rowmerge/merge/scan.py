@@ -4,10 +4,12 @@ The target is read with only the columns the clauses need plus ``_metadata.file_
 a row position, after pruning by the source's key range (IN-list on partition keys,
 min/max elsewhere, so Parquet skips row groups) and by target-only conjuncts of ``on`` —
 unless a NOT MATCHED BY SOURCE clause needs every target row. One join with the source
-classifies each row (which clause acts), then a two-level aggregation per target row and
-per file yields: the files where some clause really acts (a no-op update does not count
-when ``skip_unchanged_updates`` is on), the clause counters, and the target rows matched
-by more than one source row.
+(broadcast when small, so the target is never shuffled) classifies each row (which clause
+acts), then a two-level aggregation per target row and per file yields: the files where
+some clause really acts (a no-op update does not count when ``skip_unchanged_updates`` is
+on), the clause counters, and the target rows matched by more than one source row. With
+not_matched clauses, the same (cached) join also yields the source rows that matched
+nothing: the insert candidates, so the rewrite never reads the target again.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .errors import CardinalityViolation
-from .plan import FILE, NO_ACTION, ROW, SIZE, SRC_ID, TGT_PRESENT, MergePlan, ResolvedClause
+from .plan import FILE, NO_ACTION, ROW, SIZE, SRC_ID, MergePlan, ResolvedClause
 from .source import MaterializedSource, decode
 
 MAX_CARDINALITY_SAMPLES = 5
@@ -34,7 +36,6 @@ def target_frame(spark: SparkSession, plan: MergePlan) -> DataFrame:
         F.col("_metadata.file_path").alias(FILE),
         row.alias(ROW),
         F.col("_metadata.file_size").alias(SIZE),
-        F.lit(True).alias(TGT_PRESENT),
     )
 
 
