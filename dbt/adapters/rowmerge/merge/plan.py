@@ -283,7 +283,10 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
             problems.append(f"`on` ({spec.on}) cannot be resolved: {_short(exc)}")
         raise MergeSpecError(problems) from None
 
-    def check(ctx: DataFrame, text: str, what: str, boolean: bool, scope_hint: str | None) -> Column | None:
+    def check(
+        ctx: DataFrame, text: str, what: str, boolean: bool, scope_hint: str | None
+    ) -> tuple[Column, DataType] | None:
+        """Resolve ``text`` in ``ctx``; return the column and its type, or record the problem."""
         try:
             col = F.expr(text)
             probe = ctx.select(col.alias("v"))
@@ -302,14 +305,11 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
             problems.append(f"{what} ({text}) must be a boolean expression, got {dtype.simpleString()}")
         if not probe._jdf.queryExecution().analyzed().deterministic():
             problems.append(f"{what} ({text}) is non-deterministic; conditions and values must be repeatable")
-        return col
+        return col, dtype
 
-    def cast_to(col: Column, text: str, ctx: DataFrame, fld: StructField, what: str) -> Column:
-        try:
-            probe = ctx.select(col.alias("v"))
-            src_type = probe.schema.fields[0].dataType
-        except AnalysisException:
-            return col
+    def cast_to(
+        col: Column, src_type: DataType, text: str, ctx: DataFrame, fld: StructField, what: str
+    ) -> Column:
         limit = _char_limit(fld)
         if src_type == fld.dataType and limit is None:
             return col
@@ -350,7 +350,8 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
         label = clause.label
         cond: Column | None = None
         if clause.condition is not None:
-            cond = check(ctx, clause.condition, f"{label} condition", True, hint)
+            checked = check(ctx, clause.condition, f"{label} condition", True, hint)
+            cond = checked[0] if checked else None
         rc = ResolvedClause(clause, len(resolved[clause.when]), cond)
         if clause.action in ("update", "insert"):
             key = "set" if clause.action == "update" else "values"
@@ -371,7 +372,8 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
                         )
                         continue
                     col = F.col(q(sa, src_name))
-                    rc.values[fld.name] = cast_to(col, f"{sa}.{src_name}", ctx, fld, label)
+                    src_type = source.schema[src_name].dataType
+                    rc.values[fld.name] = cast_to(col, src_type, f"{sa}.{src_name}", ctx, fld, label)
             else:
                 seen: set[str] = set()
                 for name, text in clause.assignments:
@@ -388,7 +390,7 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
                         continue
                     value = check(ctx, text, f"{label} `{key}` for '{name}'", False, hint)
                     if value is not None:
-                        rc.values[match[0].name] = cast_to(value, text, ctx, match[0], label)
+                        rc.values[match[0].name] = cast_to(*value, text, ctx, match[0], label)
         resolved[clause.when].append(rc)
 
     on_info = analyze_on(source.sparkSession, spec.on, ta, sa, target, s_ctx, t_ctx)

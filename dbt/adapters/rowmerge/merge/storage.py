@@ -74,11 +74,6 @@ class Storage:
                     )
         return sorted(out, key=lambda f: f.path)
 
-    def file_info(self, path: str) -> FileInfo:
-        jp = self._path(path)
-        st = self._fs(jp).getFileStatus(jp)
-        return FileInfo(str(st.getPath().toString()), int(st.getLen()), int(st.getModificationTime()))
-
     def mkdirs(self, path: str) -> None:
         jp = self._path(path)
         self._fs(jp).mkdirs(jp)
@@ -115,14 +110,6 @@ class Storage:
         finally:
             stream.close()
         return True
-
-    def write_text(self, path: str, text: str) -> None:
-        jp = self._path(path)
-        stream = self._fs(jp).create(jp, True)
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()
 
     def read_text(self, path: str) -> str:
         jp = self._path(path)
