@@ -146,8 +146,10 @@ def test_successive_merges_commit_increasing_versions(spark, db):
     assert (first.version, second.version) == (1, 2)
     assert rows(spark, t) == [(1, "AA"), (2, "b"), (3, "c"), (4, "d")]
     log = history(spark, t)
-    assert [h["version"] for h in log] == [2, 1]
-    assert [h["operation"] for h in log] == ["MERGE", "MERGE"]
+    # Version 0 is the table as the first merge found it (two files, three rows).
+    assert [h["version"] for h in log] == [2, 1, 0]
+    assert [h["operation"] for h in log] == ["MERGE", "MERGE", "CONVERT"]
+    assert (log[2]["files_added"], log[2]["rows_inserted"]) == (2, 3)
     assert log[0]["metrics"]["numTargetRowsInserted"] == 1
     assert log[1]["metrics"]["numTargetRowsInserted"] == 0
 

@@ -211,8 +211,18 @@ def test_parse_spec_aliases_must_differ_and_be_identifiers() -> None:
 def test_parse_spec_change_data_feed_and_lock_timeout_types() -> None:
     assert problems_of(spec(change_data_feed={"tbl": "x"}, lock_timeout_s=-1)) == [
         "`lock_timeout_s` must be a number of seconds >= 0, got -1",
-        "`change_data_feed` must be null or a mapping with a `table` name, got {'tbl': 'x'}",
+        "`change_data_feed` must be null or a mapping with one key, `table` (the change table's "
+        "name), got {'tbl': 'x'}",
     ]
+    assert problems_of(spec(change_data_feed={"table": "a.b", "extra": 1})) == [
+        "`change_data_feed` must be null or a mapping with one key, `table` (the change table's "
+        "name), got {'table': 'a.b', 'extra': 1}",
+    ]
+
+
+def test_parse_spec_change_data_feed_table_is_kept() -> None:
+    parsed = parse_spec(spec(change_data_feed={"table": "db.t__changes"}, lock_timeout_s=5))
+    assert (parsed.change_data_feed, parsed.lock_timeout_s) == ({"table": "db.t__changes"}, 5.0)
 
 
 def test_parse_spec_rejects_non_mapping() -> None:
@@ -244,9 +254,3 @@ def test_parse_spec_messages_name_the_clause_origin() -> None:
         )
     )
     assert parsed.clauses[0].label == "delete_condition (when: matched, action: delete)"
-
-
-def test_parse_spec_rejects_change_data_feed_until_supported() -> None:
-    assert problems_of(spec(change_data_feed={"table": "analytics.orders__changes"})) == [
-        "`change_data_feed` is not available in this version of dbt-rowmerge yet; remove it"
-    ]

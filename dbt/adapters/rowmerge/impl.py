@@ -89,17 +89,34 @@ class RowMergeAdapter(SparkAdapter):
         )
 
     @available
-    def rowmerge_recover(self, relation: str) -> list[int]:
+    def rowmerge_recover(self, relation: str) -> dict[str, Any]:
         spark = session_for(self.config.credentials)  # type: ignore[arg-type]
         try:
-            return merge.recover(spark, str(relation))
+            done = merge.recover(spark, str(relation))
         except merge.MergeError as exc:
             raise DbtRuntimeError(str(exc)) from None
+        return {
+            "rolled_forward": done.rolled_forward,
+            "rolled_back": done.rolled_back,
+            "discarded": done.discarded,
+            "message": done.describe(),
+        }
 
     @available
     def rowmerge_history(self, relation: str, limit: int | None = None) -> list[dict[str, Any]]:
         spark = session_for(self.config.credentials)  # type: ignore[arg-type]
         try:
             return merge.history(spark, str(relation), limit)
+        except merge.MergeError as exc:
+            raise DbtRuntimeError(str(exc)) from None
+
+    @available
+    def rowmerge_start_history(
+        self, relation: str, operation: str, changes_table: str | None = None
+    ) -> dict[str, Any]:
+        """Version 0 of a table dbt just created or rebuilt (and an empty change feed)."""
+        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
+        try:
+            return merge.start_history(spark, str(relation), operation, changes_table or None)
         except merge.MergeError as exc:
             raise DbtRuntimeError(str(exc)) from None

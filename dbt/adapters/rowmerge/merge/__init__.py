@@ -1,33 +1,39 @@
 """The row-level MERGE engine: pure PySpark, no dbt imports (importable on its own).
 
 Public API (stable): ``run_merge(spark, spec)``, ``recover(spark, table_name)``,
-``history(spark, table_name, limit=None)``, ``MergeResult`` and the error classes.
+``history(spark, table_name, limit=None)``, ``start_history(spark, table_name, ...)``,
+``MergeResult``, ``Recovery`` and the error classes.
 """
 
 from .errors import (
     CardinalityViolation,
     CastError,
     ConcurrentMergeError,
+    JournalError,
     MergeError,
     MergeSpecError,
     UnsupportedTableError,
 )
+from .journal import Recovery
 from .metrics import MergeResult
-from .run import history, recover, run_merge
+from .run import history, recover, run_merge, start_history
 from .spec import MergeSpec, parse_spec, static_problems
 
 __all__ = [
     "CardinalityViolation",
     "CastError",
     "ConcurrentMergeError",
+    "JournalError",
     "MergeError",
     "MergeResult",
     "MergeSpec",
     "MergeSpecError",
+    "Recovery",
     "UnsupportedTableError",
     "history",
     "parse_spec",
     "recover",
     "run_merge",
+    "start_history",
     "static_problems",
 ]

@@ -61,3 +61,7 @@ class ConcurrentMergeError(MergeError):
 
 class UnsupportedTableError(MergeError):
     """The target is not a plain Parquet/ORC file table that row_level_merge can rewrite."""
+
+
+class JournalError(MergeError):
+    """The table's journal cannot be read or an interrupted commit cannot be finished."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -110,6 +111,23 @@ class MergePlan:
             expr = F.when(cond, F.lit(rc.index)) if expr is None else expr.when(cond, F.lit(rc.index))
         assert expr is not None
         return expr.otherwise(F.lit(NO_ACTION))
+
+    def acting(self, clauses: list[ResolvedClause], idx: Column, action: str) -> Column:
+        """True where a clause of ``clauses`` with ``action`` acts (index ``idx``; never NULL).
+
+        An update that changes nothing does not act when ``skip_unchanged_updates`` is on.
+        """
+        parts = []
+        for rc in clauses:
+            if rc.action != action:
+                continue
+            cond = idx == rc.index
+            if action == "update" and self.spec.skip_unchanged_updates:
+                cond = cond & self.changed(rc)
+            parts.append(cond)
+        if not parts:
+            return F.lit(False)
+        return F.coalesce(reduce(lambda a, b: a | b, parts), F.lit(False))
 
     def changed(self, rc: ResolvedClause) -> Column:
         """True if the update writes a value different (null-safe) from the old one."""

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from .plan import FILE, NO_ACTION, ROW, SRC_ID, MergePlan, ResolvedClause
+from .plan import FILE, NO_ACTION, ROW, SRC_ID, MergePlan
 from .scan import ScanResult, target_frame
 from .source import MaterializedSource
 from .storage import Storage
@@ -27,24 +27,45 @@ from .storage import Storage
 ROWS_PER_INSERT_FILE = 1_000_000
 
 
-def _deleted(clauses: list[ResolvedClause], idx: Column) -> Column:
-    parts = [idx == rc.index for rc in clauses if rc.action == "delete"]
-    if not parts:
-        return F.lit(False)
-    return F.coalesce(reduce(lambda a, b: a | b, parts), F.lit(False))
+@dataclass(frozen=True)
+class TouchedJoin:
+    """Rows of the touched files joined with the source, and which clause acts on each."""
+
+    plan: MergePlan
+    rows: DataFrame
+    matched_idx: Column  # index of the acting matched clause (NO_ACTION if none or unmatched)
+    nmbs_idx: Column  # index of the acting not_matched_by_source clause (NO_ACTION likewise)
+
+    def acts(self, action: str) -> Column:
+        """True where a clause with ``action`` really acts on the row (of either kind)."""
+        p = self.plan
+        return p.acting(p.matched, self.matched_idx, action) | p.acting(
+            p.not_matched_by_source, self.nmbs_idx, action
+        )
+
+
+def touched_join(
+    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str]
+) -> TouchedJoin:
+    """The rows of ``touched`` files, target preserved, joined with the (broadcast) source."""
+    target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
+    joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
+    src = plan.src_present()
+    return TouchedJoin(
+        plan,
+        joined,
+        F.when(src, plan.action_index(plan.matched)).otherwise(F.lit(NO_ACTION)),
+        F.when(~src, plan.action_index(plan.not_matched_by_source)).otherwise(F.lit(NO_ACTION)),
+    )
 
 
 def rewritten_rows(
     spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str]
 ) -> DataFrame:
     """All rows of the touched files after the merge (deleted rows dropped)."""
-    target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
-    joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
-    src = plan.src_present()
-    m_idx = F.when(src, plan.action_index(plan.matched)).otherwise(F.lit(NO_ACTION))
-    b_idx = F.when(~src, plan.action_index(plan.not_matched_by_source)).otherwise(F.lit(NO_ACTION))
-    gone = _deleted(plan.matched, m_idx) | _deleted(plan.not_matched_by_source, b_idx)
-    out = joined.where(~gone).select(
+    tj = touched_join(spark, plan, source, touched)
+    m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
+    out = tj.rows.where(~tj.acts("delete")).select(
         *[plan.output_value(f.name, m_idx, b_idx).alias(f.name) for f in plan.output_fields],
         F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE),
         F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW),
@@ -108,7 +129,7 @@ def write_changes(
             inserts = inserts.repartition(*pcols)  # one file per partition value (AQE-sized)
         else:
             expected = scan.inserted if scan is not None else source.num_rows
-            inserts = inserts.coalesce(max(1, -(-expected // ROWS_PER_INSERT_FILE)))
+            inserts = inserts.coalesce(files_for(expected))
         parts.append(inserts)
     if not parts:
         return []
@@ -117,17 +138,23 @@ def write_changes(
     if pcols:
         writer = writer.partitionBy(*pcols)
     writer.save(staging)
-    return staged_files(spark, plan, staging, storage)
+    return staged_files(spark, plan.target.file_format, StructType(plan.output_fields), staging, storage)
 
 
-def staged_files(spark: SparkSession, plan: MergePlan, staging: str, storage: Storage) -> list[StagedFile]:
-    """List what the write produced with row counts (from footers); drop empty files."""
+def files_for(rows: int) -> int:
+    """How many files ``rows`` new rows go into (unpartitioned): about ROWS_PER_INSERT_FILE each."""
+    return max(1, -(-rows // ROWS_PER_INSERT_FILE))
+
+
+def staged_files(
+    spark: SparkSession, file_format: str, schema: StructType, staging: str, storage: Storage
+) -> list[StagedFile]:
+    """List what a write produced with row counts (from footers); drop empty files."""
     listed = storage.list_data_files(staging)
     if not listed:
         return []
-    schema = StructType(plan.output_fields)
     counts = (
-        spark.read.format(plan.target.file_format)
+        spark.read.format(file_format)
         .schema(schema)
         .option("basePath", staging)
         .load(staging)

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .errors import CardinalityViolation
-from .plan import FILE, NO_ACTION, ROW, SIZE, SRC_ID, MergePlan, ResolvedClause
+from .plan import FILE, NO_ACTION, ROW, SIZE, SRC_ID, MergePlan
 from .source import MaterializedSource, decode
 
 MAX_CARDINALITY_SAMPLES = 5
@@ -84,20 +84,6 @@ class ScanResult:
     inserted: int = 0
 
 
-def _acting(clauses: list[ResolvedClause], idx: Column, action: str, plan: MergePlan) -> Column:
-    parts = []
-    for rc in clauses:
-        if rc.action != action:
-            continue
-        cond = idx == rc.index
-        if action == "update" and plan.spec.skip_unchanged_updates:
-            cond = cond & plan.changed(rc)
-        parts.append(cond)
-    if not parts:
-        return F.lit(False)
-    return F.coalesce(reduce(lambda a, b: a | b, parts), F.lit(False))
-
-
 def find_touched_files(
     spark: SparkSession, plan: MergePlan, source: MaterializedSource, target: DataFrame
 ) -> ScanResult:
@@ -117,10 +103,10 @@ def find_touched_files(
         F.when(src, F.col(f"`{plan.ta}`.`{ROW}`")).alias("rk"),
         F.col(f"`{plan.ta}`.`{SIZE}`").alias("size"),
         pair.alias("pair"),
-        _acting(plan.matched, m_idx, "update", plan).cast("int").alias("m_upd"),
-        _acting(plan.matched, m_idx, "delete", plan).cast("int").alias("m_del"),
-        _acting(plan.not_matched_by_source, b_idx, "update", plan).cast("int").alias("b_upd"),
-        _acting(plan.not_matched_by_source, b_idx, "delete", plan).cast("int").alias("b_del"),
+        plan.acting(plan.matched, m_idx, "update").cast("int").alias("m_upd"),
+        plan.acting(plan.matched, m_idx, "delete").cast("int").alias("m_del"),
+        plan.acting(plan.not_matched_by_source, b_idx, "update").cast("int").alias("b_upd"),
+        plan.acting(plan.not_matched_by_source, b_idx, "delete").cast("int").alias("b_del"),
         F.when(src, plan.key_sample()).alias("key"),
         F.col(f"`{plan.sa}`.`{SRC_ID}`").alias("sid"),
     )

@@ -191,11 +191,12 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
         problems.append(f"`lock_timeout_s` must be a number of seconds >= 0, got {lock_timeout!r}")
 
     cdf = raw.get("change_data_feed")
-    if cdf is not None and not (isinstance(cdf, Mapping) and _is_str(cdf.get("table"))):
-        problems.append(f"`change_data_feed` must be null or a mapping with a `table` name, got {cdf!r}")
-    elif cdf is not None:
+    if cdf is not None and not (
+        isinstance(cdf, Mapping) and _is_str(cdf.get("table")) and set(cdf) == {"table"}
+    ):
         problems.append(
-            "`change_data_feed` is not available in this version of dbt-rowmerge yet; remove it"
+            f"`change_data_feed` must be null or a mapping with one key, `table` (the change "
+            f"table's name), got {cdf!r}"
         )
 
     clauses = _parse_clauses(raw.get("clauses"), problems)

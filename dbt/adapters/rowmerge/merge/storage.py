@@ -1,12 +1,20 @@
-"""Filesystem operations through the session JVM's Hadoop FileSystem.
+"""Filesystem operations behind one small interface, implemented on the session JVM's Hadoop.
 
 Going through Hadoop (not ``os``) means every filesystem Spark can write to — local, HDFS,
-s3a, abfs, gs — works with Spark's own configuration and credentials. The interface is
-small on purpose: list, exists, rename, delete, create-if-absent and read of small text.
+s3a, abfs, gs — works with Spark's own configuration and credentials. The journal and the
+lock need exactly these operations: list, stat, rename, delete, read/write small text, and
+one that must be atomic, ``create_if_absent`` (the commit point). Hadoop's local filesystem
+implements ``create(overwrite=false)`` as check-then-create, which two processes can both
+pass; for ``file:`` paths the new file is therefore published with ``link(2)``, which the
+kernel makes atomic and which never exposes a half-written file. On HDFS ``create`` with
+``overwrite=false`` is atomic at the NameNode.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,14 +28,83 @@ HIDDEN_PREFIXES = ("_", ".")
 class FileInfo:
     path: str  # fully qualified URI string, as Hadoop prints it
     size: int
-    mtime: int
+    mtime: int  # milliseconds since the epoch, as the filesystem reports it
 
 
-class Storage:
+class Storage(ABC):
+    """What the engine needs from a filesystem. Paths are qualified URI strings."""
+
+    @abstractmethod
+    def qualify(self, path: str) -> str:
+        """The fully qualified form of ``path`` (scheme and authority added)."""
+
+    @abstractmethod
+    def from_spark_path(self, url: str) -> str:
+        """A URL-encoded ``_metadata.file_path`` value as a qualified path."""
+
+    @abstractmethod
+    def status(self, path: str) -> FileInfo | None:
+        """Size and mtime of a file, or None if it does not exist."""
+
+    @abstractmethod
+    def list_data_files(self, root: str) -> list[FileInfo]:
+        """All visible files under ``root`` (recursive), skipping ``_``/``.`` names at any level."""
+
+    @abstractmethod
+    def list_names(self, path: str) -> list[str]:
+        """Names directly under directory ``path`` (empty if it does not exist)."""
+
+    @abstractmethod
+    def rename(self, src: str, dst: str) -> bool:
+        """Move ``src`` to ``dst``; False if that already happened (an idempotent replay)."""
+
+    @abstractmethod
+    def delete(self, path: str, recursive: bool = False) -> bool:
+        """Delete ``path``; False if it did not exist."""
+
+    @abstractmethod
+    def create_if_absent(self, path: str, text: str) -> bool:
+        """Atomically create ``path`` holding ``text``; False if it already exists."""
+
+    @abstractmethod
+    def write_text(self, path: str, text: str) -> None:
+        """Create or overwrite ``path`` (not atomic: readers may see it partly written)."""
+
+    @abstractmethod
+    def read_text(self, path: str) -> str:
+        """The whole content of a small file."""
+
+    def exists(self, path: str) -> bool:
+        return self.status(path) is not None
+
+    def same_filesystem(self, a: str, b: str) -> bool:
+        """True if a rename from ``a`` to ``b`` stays within one filesystem."""
+        return _fs_root(self.qualify(a)) == _fs_root(self.qualify(b))
+
+
+def _fs_root(qualified: str) -> str:
+    scheme, sep, rest = qualified.partition(":")
+    if not sep:
+        return ""
+    authority = rest[2:].split("/", 1)[0] if rest.startswith("//") else ""
+    return f"{scheme}://{authority}"
+
+
+def local_path(qualified: str) -> str | None:
+    """The OS path of a ``file:`` URI, or None for any other filesystem."""
+    if not qualified.startswith("file:"):
+        return None
+    rest = qualified[len("file:") :]
+    if rest.startswith("//"):
+        rest = rest[2:]
+        rest = rest[rest.find("/") :] if "/" in rest else "/"
+    return rest
+
+
+class HadoopStorage(Storage):
     """Hadoop FileSystem access for one Spark session."""
 
     def __init__(self, spark: SparkSession) -> None:
-        self._spark = spark
         jvm: Any = spark._jvm  # type: ignore[attr-defined]
         self._jvm: Any = jvm
         self._conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
@@ -43,16 +120,18 @@ class Storage:
         return str(self._fs(jp).makeQualified(jp).toString())
 
     def from_spark_path(self, url: str) -> str:
-        """``_metadata.file_path`` values are URL-encoded; turn one into a Hadoop path string."""
         sp = self._jvm.org.apache.spark.paths.SparkPath.fromUrlString(url)
         return self.qualify(str(sp.toPath().toString()))
 
-    def exists(self, path: str) -> bool:
+    def status(self, path: str) -> FileInfo | None:
         jp = self._path(path)
-        return bool(self._fs(jp).exists(jp))
+        fs = self._fs(jp)
+        if not fs.exists(jp):
+            return None
+        st = fs.getFileStatus(jp)
+        return FileInfo(str(st.getPath().toString()), int(st.getLen()), int(st.getModificationTime()))
 
     def list_data_files(self, root: str) -> list[FileInfo]:
-        """All visible files under ``root`` (recursive), skipping ``_``/``.`` names at any level."""
         jroot = self._path(root)
         fs = self._fs(jroot)
         if not fs.exists(jroot):
@@ -74,20 +153,30 @@ class Storage:
                     )
         return sorted(out, key=lambda f: f.path)
 
-    def mkdirs(self, path: str) -> None:
+    def list_names(self, path: str) -> list[str]:
         jp = self._path(path)
-        self._fs(jp).mkdirs(jp)
+        fs = self._fs(jp)
+        if not fs.exists(jp):
+            return []
+        return sorted(str(st.getPath().getName()) for st in fs.listStatus(jp))
 
     def rename(self, src: str, dst: str) -> bool:
-        """Move ``src`` to ``dst`` (parent created); False if ``src`` is gone and ``dst`` exists."""
         js, jd = self._path(src), self._path(dst)
         fs = self._fs(js)
         if not fs.exists(js):
             if fs.exists(jd):
                 return False  # already moved: an idempotent replay
             raise FileNotFoundError(src)
+        if fs.exists(jd):
+            # A copy-based rename (object stores) that died after the copy: finish it.
+            if fs.getFileStatus(jd).getLen() == fs.getFileStatus(js).getLen():
+                fs.delete(js, False)
+                return False
+            raise FileExistsError(f"cannot move {src}: {dst} exists with different content")
         fs.mkdirs(jd.getParent())
         if not fs.rename(js, jd):
+            if not fs.exists(js) and fs.exists(jd):
+                return False  # another process finished the same replay first
             raise OSError(f"could not move {src} to {dst}")
         return True
 
@@ -96,8 +185,11 @@ class Storage:
         return bool(self._fs(jp).delete(jp, recursive))
 
     def create_if_absent(self, path: str, text: str) -> bool:
-        """Write ``text`` to a new file; False if the file already exists (atomic on HDFS/local)."""
-        jp = self._path(path)
+        qualified = self.qualify(path)
+        local = local_path(qualified)
+        if local is not None:
+            return _create_local_if_absent(local, text)
+        jp = self._path(qualified)
         fs = self._fs(jp)
         try:
             stream = fs.create(jp, False)
@@ -111,18 +203,40 @@ class Storage:
             stream.close()
         return True
 
+    def write_text(self, path: str, text: str) -> None:
+        jp = self._path(path)
+        stream = self._fs(jp).create(jp, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
     def read_text(self, path: str) -> str:
         jp = self._path(path)
-        fs = self._fs(jp)
-        stream = fs.open(jp)
+        stream = self._fs(jp).open(jp)
         try:
             return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
             stream.close()
 
-    def list_names(self, path: str) -> list[str]:
-        jp = self._path(path)
-        fs = self._fs(jp)
-        if not fs.exists(jp):
-            return []
-        return sorted(str(st.getPath().getName()) for st in fs.listStatus(jp))
+
+def _create_local_if_absent(path: str, text: str) -> bool:
+    """Write a private temporary file, then hard-link it into place (atomic, never torn)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+
+
+def storage_for(spark: SparkSession) -> Storage:
+    """The storage the engine uses for ``spark``'s tables."""
+    return HadoopStorage(spark)

@@ -7,15 +7,21 @@ and Hive-serde tables stored as Parquet/ORC.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError
+from .storage import FileInfo, Storage
 
 SUPPORTED_FORMATS = ("parquet", "orc")
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 LAKEHOUSE_FORMATS = ("delta", "iceberg", "hudi")
 
 
@@ -49,15 +55,9 @@ class TargetTable:
         return spark.table(self.name)
 
 
-def load_target(spark: SparkSession, name: str) -> TargetTable:
-    """Describe ``name``; raise UnsupportedTableError with the fix if it cannot be merged into."""
-    try:
-        rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
-    except AnalysisException as exc:
-        raise UnsupportedTableError(
-            f"MERGE target {name} does not exist or cannot be read: {exc}. Create it first "
-            "(dbt does this on the first run) or check the `target` name."
-        ) from None
+def describe_table(spark: SparkSession, name: str) -> dict[str, str]:
+    """The "Detailed Table Information" of ``DESCRIBE TABLE EXTENDED`` (raises AnalysisException)."""
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
     info: dict[str, str] = {}
     in_detail = False
     for r in rows:
@@ -67,6 +67,18 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
             continue
         if in_detail and key:
             info[key] = (r[1] or "").strip()
+    return info
+
+
+def load_target(spark: SparkSession, name: str) -> TargetTable:
+    """Describe ``name``; raise UnsupportedTableError with the fix if it cannot be merged into."""
+    try:
+        info = describe_table(spark, name)
+    except AnalysisException as exc:
+        raise UnsupportedTableError(
+            f"MERGE target {name} does not exist or cannot be read: {exc}. Create it first "
+            "(dbt does this on the first run) or check the `target` name."
+        ) from None
     table_type = info.get("Type", "").upper()
     if table_type == "VIEW":
         raise UnsupportedTableError(
@@ -103,3 +115,52 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
         schema=schema,
         partition_columns=partition_columns,
     )
+
+
+def table_files(
+    spark: SparkSession, target: TargetTable, storage: Storage, files: Mapping[str, FileInfo]
+) -> list[dict[str, Any]]:
+    """Path, size and row count of every file in ``files`` (qualified path -> FileInfo).
+
+    Row counts come from one job over the table's file footers; a file the catalog does not
+    show (an unregistered partition folder) is listed with ``rows: null``.
+    """
+    counted = target.read(spark).groupBy(F.col("_metadata.file_path").alias("p")).count().collect()
+    rows = {storage.from_spark_path(r["p"]): int(r["count"]) for r in counted}
+    visible = set(storage.qualify(p) for p in target.read(spark).inputFiles())
+    out = []
+    for path, info in sorted(files.items()):
+        n = rows.get(path, 0 if path in visible else None)
+        out.append({"path": path, "size": info.size, "rows": n})
+    return out
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def add_columns(spark: SparkSession, table: str, columns: list[Mapping[str, str]]) -> None:
+    """Add the columns ``table`` does not have yet (schema evolution, replayed safely)."""
+    existing = {f.name.lower() for f in spark.table(table).schema.fields}
+    missing = [c for c in columns if c["name"].lower() not in existing]
+    if missing:
+        cols = ", ".join(f"`{c['name']}` {c['type']}" for c in missing)
+        spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({cols})")
+
+
+def register_partitions(spark: SparkSession, table: str, partitions: list[str]) -> None:
+    """Add partition directories a merge created to the catalog (no-op if already there)."""
+    if not partitions:
+        return
+    if any(HIVE_DEFAULT_PARTITION in p for p in partitions):
+        spark.sql(f"ALTER TABLE {table} RECOVER PARTITIONS")
+        return
+    specs = []
+    for rel in partitions:
+        kvs = [seg.split("=", 1) for seg in rel.strip("/").split("/")]
+        specs.append(
+            "PARTITION (" + ", ".join(f"`{unquote(k)}` = {_sql_string(unquote(v))}" for k, v in kvs) + ")"
+        )
+    # One statement per batch keeps the metastore round trips low.
+    for i in range(0, len(specs), 100):
+        spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {' '.join(specs[i : i + 100])}")

@@ -1,0 +1,206 @@
+"""Phase 6: the change data feed — the rows a merge changed, with Delta Lake's rules.
+
+An update that acts emits ``update_preimage`` (old values) and ``update_postimage`` (new
+values); a delete emits the deleted row once, also when an unconditional delete matched it
+with several source rows; an insert emits ``insert``. Copied rows and rows no clause acts on
+emit nothing, and with ``skip_unchanged_updates`` an update that changes no value emits
+nothing. A column added by schema evolution is NULL in a pre-image and in a delete.
+
+The feed is a companion Parquet table: the target's columns plus ``_change_type``,
+``_commit_timestamp`` and ``_commit_version`` (the partition column). Its files are written
+into the commit's staging folder next to the data files and moved into
+``_commit_version=<v>/`` by the same journal entry, so the feed changes exactly when the
+table does. ``_commit_timestamp`` is the journal entry's timestamp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import reduce
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from .errors import MergeSpecError, UnsupportedTableError
+from .plan import FILE, ROW, MergePlan, q
+from .rewrite import StagedFile, inserted_rows, staged_files, touched_join
+from .scan import ScanResult
+from .source import MaterializedSource
+from .storage import Storage
+from .table import add_columns, describe_table
+
+CHANGE_TYPE = "_change_type"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+COMMIT_VERSION = "_commit_version"
+FEED_COLUMNS = (CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION)
+INSERT, PREIMAGE, POSTIMAGE, DELETE = "insert", "update_preimage", "update_postimage", "delete"
+
+
+def feed_schema(fields: list[StructField]) -> StructType:
+    """The feed table's columns for a target with data columns ``fields``."""
+    return StructType(
+        [StructField(f.name, f.dataType, True, f.metadata) for f in fields]
+        + [
+            StructField(CHANGE_TYPE, StringType(), True),
+            StructField(COMMIT_TIMESTAMP, TimestampType(), True),
+            StructField(COMMIT_VERSION, LongType(), True),
+        ]
+    )
+
+
+def ensure_changes_table(spark: SparkSession, name: str, schema: dict[str, Any]) -> None:
+    """Create the feed table if it is missing and add the columns it lacks (repeatable)."""
+    wanted = StructType.fromJson(schema)
+    if not spark.catalog.tableExists(name):
+        create_changes_table(spark, name, wanted)
+        return
+    add_columns(spark, name, [{"name": f.name, "type": f.dataType.simpleString()} for f in wanted.fields])
+
+
+def create_changes_table(spark: SparkSession, name: str, schema: StructType) -> None:
+    (
+        spark.createDataFrame([], schema)
+        .write.format("parquet")
+        .partitionBy(COMMIT_VERSION)
+        .mode("ignore")
+        .saveAsTable(name)
+    )
+
+
+def drop_changes_table(spark: SparkSession, name: str) -> int:
+    """Drop the feed table (a full refresh starts a new history); return the rows it held."""
+    if not spark.catalog.tableExists(name):
+        return 0
+    spark.catalog.refreshTable(name)
+    rows = spark.table(name).count()
+    spark.sql(f"DROP TABLE {name}")
+    return rows
+
+
+@dataclass(frozen=True)
+class ChangesTable:
+    """Where this merge's change rows go."""
+
+    name: str
+    location: str
+
+
+def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage) -> ChangesTable:
+    """Check (and create, if missing) the feed table before the merge writes anything to it."""
+    cdf = plan.spec.change_data_feed
+    assert cdf is not None
+    name = str(cdf["table"])
+    clashes = [f.name for f in plan.output_fields if f.name.lower() in FEED_COLUMNS]
+    if clashes:
+        raise MergeSpecError(
+            [
+                f"change_data_feed: the target has a column named {c}, which the change feed uses "
+                "for itself; rename that column or turn change_data_feed off"
+                for c in clashes
+            ]
+        )
+    if not spark.catalog.tableExists(name):
+        create_changes_table(spark, name, feed_schema(list(plan.target.schema.fields)))
+    info = describe_table(spark, name)
+    provider = info.get("Provider", "").lower()
+    partitioning = [c.name for c in spark.catalog.listColumns(name) if c.isPartition]
+    if provider != "parquet" or partitioning != [COMMIT_VERSION]:
+        raise UnsupportedTableError(
+            f"change_data_feed table {name} exists but is not a change feed (a Parquet table "
+            f"partitioned by {COMMIT_VERSION}; found {provider or 'unknown'} partitioned by "
+            f"{partitioning or 'nothing'}). Drop it or name another table in change_data_feed."
+        )
+    location = storage.qualify(info.get("Location", "").rstrip("/"))
+    target_location = storage.qualify(plan.target.location)
+    if not storage.same_filesystem(location, target_location):
+        raise UnsupportedTableError(
+            f"change_data_feed table {name} is stored at {location}, on another filesystem than "
+            f"{plan.target.name} ({target_location}). A commit moves both tables' files by rename, "
+            "which cannot cross filesystems; keep the change table in the target's schema."
+        )
+    return ChangesTable(name, location)
+
+
+def change_rows(
+    spark: SparkSession,
+    plan: MergePlan,
+    source: MaterializedSource,
+    target: DataFrame,
+    scan: ScanResult | None,
+    staged_data: str,
+) -> DataFrame | None:
+    """Every change row of this merge (target columns + ``_change_type``), or None if none."""
+    parts: list[DataFrame] = []
+    if scan is not None and scan.touched:
+        parts.append(_touched_changes(spark, plan, source, [f.path for f in scan.touched]))
+    fields = [f.name for f in plan.output_fields]
+    if plan.not_matched and scan is None:
+        # Insert-only: every row this merge wrote is an insert; read them back, small and exact.
+        written = (
+            spark.read.format(plan.target.file_format)
+            .schema(StructType(plan.output_fields))
+            .option("basePath", staged_data)
+            .load(staged_data)
+        )
+        parts.append(written.select(*[F.col(q(n)) for n in fields], F.lit(INSERT).alias(CHANGE_TYPE)))
+    elif plan.not_matched and scan is not None and scan.inserted > 0:
+        inserts = inserted_rows(plan, source, target, scan)
+        parts.append(inserts.select(*[F.col(q(n)) for n in fields], F.lit(INSERT).alias(CHANGE_TYPE)))
+    if not parts:
+        return None
+    return reduce(lambda a, b: a.unionByName(b), parts)
+
+
+def _touched_changes(
+    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str]
+) -> DataFrame:
+    """Pre/post images of acting updates and deleted rows of the touched files."""
+    tj = touched_join(spark, plan, source, touched)
+    m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
+    updated, deleted = tj.acts("update"), tj.acts("delete")
+
+    def image(kind: str, new: bool) -> Any:
+        values = [
+            (plan.output_value(f.name, m_idx, b_idx) if new else plan.old(f.name)).alias(f.name)
+            for f in plan.output_fields
+        ]
+        return F.struct(*values, F.lit(kind).alias(CHANGE_TYPE))
+
+    images = F.when(updated, F.array(image(PREIMAGE, False), image(POSTIMAGE, True))).otherwise(
+        F.array(image(DELETE, False))
+    )
+    out = tj.rows.where(updated | deleted).select(
+        F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE),
+        F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW),
+        F.explode(images).alias("c"),
+    )
+    out = out.select(FILE, ROW, "c.*")
+    if plan.matched and not plan.spec.enforces_cardinality:
+        # A lone unconditional delete may match a target row with several source rows:
+        # the row is deleted once, so it is reported once.
+        out = out.dropDuplicates([FILE, ROW, CHANGE_TYPE])
+    return out.drop(FILE, ROW)
+
+
+def write_change_feed(
+    spark: SparkSession,
+    plan: MergePlan,
+    rows: DataFrame,
+    staging: str,
+    storage: Storage,
+    timestamp: datetime,
+) -> list[StagedFile]:
+    """Write ``rows`` stamped with the commit timestamp into ``staging``; return the files."""
+    schema = feed_schema(plan.output_fields)
+    micros = int(timestamp.timestamp()) * 1_000_000 + timestamp.microsecond
+    out = rows.select(
+        *[F.col(q(f.name)) for f in plan.output_fields],
+        F.col(CHANGE_TYPE),
+        F.timestamp_micros(F.lit(micros)).alias(COMMIT_TIMESTAMP),
+    )
+    out.write.format("parquet").save(staging)
+    data_schema = StructType([f for f in schema.fields if f.name != COMMIT_VERSION])
+    return staged_files(spark, "parquet", data_schema, staging, storage)
