@@ -47,6 +47,9 @@
       {{ create_table_as(False, target_relation, compiled_code, language) }}
     {%- endcall -%}
     {% do persist_constraints(target_relation, model) %}
+    {%- if strategy == 'row_level_merge' -%}
+      {%- do rowmerge_start_history(target_relation, 'CREATE TABLE') -%}
+    {%- endif -%}
   {%- elif existing_relation.is_view or should_full_refresh() -%}
     {% set is_delta = (file_format == 'delta' and existing_relation.is_delta) %}
     {% if not is_delta %}
@@ -56,6 +59,9 @@
       {{ create_table_as(False, target_relation, compiled_code, language) }}
     {%- endcall -%}
     {% do persist_constraints(target_relation, model) %}
+    {%- if strategy == 'row_level_merge' -%}
+      {%- do rowmerge_start_history(target_relation, 'CREATE TABLE' if existing_relation.is_view else 'REPLACE TABLE') -%}
+    {%- endif -%}
   {%- else -%}
     {%- call statement('create_tmp_relation', language=language) -%}
       {{ create_table_as(True, tmp_relation, compiled_code, language) }}

@@ -136,7 +136,7 @@
     'on': rowmerge_on_condition(),
     'clauses': rowmerge_clauses(dest_columns),
     'skip_unchanged_updates': config.get('skip_unchanged_updates', true),
-    'change_data_feed': none,
+    'change_data_feed': rowmerge_change_feed_spec(),
     'schema_evolution': on_schema_change == 'append_new_columns',
   } -%}
   {%- if config.get('lock_timeout_s', none) is not none -%}
@@ -147,6 +147,27 @@
     {%- do rowmerge_raise_config_problems(problems) -%}
   {%- endif -%}
   {{ return(spec) }}
+{% endmacro %}
+
+
+{#--
+  The change table of this model: none without change_data_feed; `<model>__changes` in the
+  model's schema for `true`; a name otherwise (in the model's schema unless qualified).
+--#}
+{% macro rowmerge_changes_table() %}
+  {%- set cdf = config.get('change_data_feed', none) -%}
+  {%- if cdf is sameas true -%}
+    {{ return(this.incorporate(path={'identifier': this.identifier ~ '__changes'}).render()) }}
+  {%- elif cdf is string and cdf | trim -%}
+    {{ return(cdf | trim if '.' in cdf else this.incorporate(path={'identifier': cdf | trim}).render()) }}
+  {%- endif -%}
+  {{ return(none) }}
+{% endmacro %}
+
+
+{% macro rowmerge_change_feed_spec() %}
+  {%- set name = rowmerge_changes_table() -%}
+  {{ return({'table': name} if name else none) }}
 {% endmacro %}
 
 

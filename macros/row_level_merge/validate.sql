@@ -70,8 +70,8 @@
     {%- endif -%}
   {%- endfor -%}
   {%- set cdf = config.get('change_data_feed', none) -%}
-  {%- if cdf is not none and cdf is not sameas false -%}
-    {%- do problems.append("`change_data_feed` is not available yet in this version of dbt-rowmerge; remove it") -%}
+  {%- if cdf is not none and not (cdf is sameas true or cdf is sameas false or (cdf is string and cdf | trim)) -%}
+    {%- do problems.append("`change_data_feed` must be true, false or the name of the change table, got " ~ cdf) -%}
   {%- endif -%}
   {%- if problems -%}
     {%- do rowmerge_raise_config_problems(problems) -%}

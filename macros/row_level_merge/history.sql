@@ -1,0 +1,59 @@
+{#--
+  Version 0 of a row_level_merge table: called right after dbt created it (first run) or
+  rebuilt it (--full-refresh, or replacing a view). Earlier versions are forgotten and the
+  change table, with change_data_feed, starts empty; a full refresh says so in the log.
+--#}
+{% macro rowmerge_start_history(relation, operation) %}
+  {%- set changes = rowmerge_changes_table() -%}
+  {%- set started = adapter.rowmerge_start_history(relation.render(), operation, changes) -%}
+  {%- if operation == 'REPLACE TABLE' -%}
+    {%- set feed = "" -%}
+    {%- if changes -%}
+      {%- set feed = "; change feed " ~ changes ~ " truncated (" ~ started.changes_rows_removed ~ " change rows removed)" -%}
+    {%- endif -%}
+    {{ log("rowmerge: full refresh of " ~ relation.render() ~ ": history restarted at version 0 ("
+           ~ started.versions_forgotten ~ " earlier versions forgotten)" ~ feed, info=True) }}
+  {%- endif -%}
+  {{ return(started) }}
+{% endmacro %}
+
+
+{#--
+  The change rows of a model with change_data_feed, from start_version on (and up to
+  end_version), for use in downstream models:
+
+    select * from {{ table_changes(ref('orders'), 5) }} as c
+
+  Columns: the model's columns plus _change_type (insert, update_preimage,
+  update_postimage, delete), _commit_version and _commit_timestamp.
+--#}
+{% macro table_changes(relation, start_version, end_version=none) %}
+  {%- for name, value in [('start_version', start_version), ('end_version', end_version)] -%}
+    {%- if value is not none and (value is not number or value is sameas true or value is sameas false or value < 0) -%}
+      {%- do exceptions.raise_compiler_error("table_changes(" ~ relation ~ "): " ~ name ~ " must be a version number >= 0 (see `dbt run-operation rowmerge_history`), got " ~ value) -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {%- if start_version is none -%}
+    {%- do exceptions.raise_compiler_error("table_changes(" ~ relation ~ "): start_version is required") -%}
+  {%- endif -%}
+  {#-- abs() (versions are never negative) keeps Spark from pushing the filter to a Hive
+       metastore, whose filter grammar rejects names starting with `_`; Spark still prunes the
+       _commit_version partitions itself. --#}
+  (select * from {{ rowmerge_changes_relation(relation) }}
+   where abs(_commit_version) >= {{ start_version }}
+   {%- if end_version is not none %} and abs(_commit_version) <= {{ end_version }}{% endif %})
+{% endmacro %}
+
+
+{#-- The change table of a model relation: its change_data_feed name, else <model>__changes. --#}
+{% macro rowmerge_changes_relation(relation) %}
+  {%- if execute -%}
+    {%- for node in graph.nodes.values() if node.resource_type == 'model' -%}
+      {%- set cdf = node.config.get('change_data_feed') -%}
+      {%- if (node.alias or node.name) == relation.identifier and node.schema == relation.schema and cdf is string and cdf | trim -%}
+        {{ return(cdf | trim if '.' in cdf else relation.incorporate(path={'identifier': cdf | trim}).render()) }}
+      {%- endif -%}
+    {%- endfor -%}
+  {%- endif -%}
+  {{ return(relation.incorporate(path={'identifier': relation.identifier ~ '__changes'}).render()) }}
+{% endmacro %}

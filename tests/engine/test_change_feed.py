@@ -1,0 +1,343 @@
+"""Change data feed (DESIGN §8): exact change rows for each of Delta's rules.
+
+Every test reads the feed table back through the catalog and compares every row, so a
+missing, extra or duplicated change row fails. Rows are (columns..., _change_type,
+_commit_version); the timestamp is checked against the journal separately.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from dbt.adapters.rowmerge.merge import (
+    CardinalityViolation,
+    MergeSpecError,
+    UnsupportedTableError,
+    history,
+    start_history,
+)
+from tests.engine.helpers import UPSERT, create_table, merge, partitions, rows, source_view
+
+UPDATE_ALL = {"when": "matched", "action": "update", "set": "*"}
+INSERT_ALL = {"when": "not_matched", "action": "insert", "values": "*"}
+
+
+def feed(t: str) -> dict[str, Any]:
+    return {"change_data_feed": {"table": f"{t}__changes"}}
+
+
+def changes(spark, t: str) -> list[tuple[Any, ...]]:
+    """Every change row of ``t`` without the timestamp, sorted."""
+    spark.catalog.refreshTable(f"{t}__changes")
+    df = spark.table(f"{t}__changes").drop("_commit_timestamp")
+    data = [tuple(r) for r in df.collect()]
+    return sorted(data, key=lambda r: tuple((v is not None, str(v)) for v in r))
+
+
+def expect(*items: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    return sorted(items, key=lambda r: tuple((v is not None, str(v)) for v in r))
+
+
+@pytest.fixture
+def t(spark, db) -> str:
+    name = f"{db}.t"
+    create_table(spark, name, "id long, v string", [[(1, "a"), (2, "b")], [(3, "c")], [(4, "d")]])
+    return name
+
+
+def test_cdf_upsert_emits_pre_post_and_insert_not_unchanged_or_copied(spark, db, t):
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (3, "c"), (9, "z")])
+    result = merge(spark, t, src, UPSERT, **feed(t))
+    # 1 updated (its file-mate 2 is copied), 3 matched but unchanged, 9 inserted.
+    assert changes(spark, t) == expect(
+        (1, "a", "update_preimage", 1),
+        (1, "A", "update_postimage", 1),
+        (9, "z", "insert", 1),
+    )
+    assert result.metrics["numTargetChangeFilesAdded"] >= 1
+
+
+def test_cdf_skip_unchanged_off_emits_pairs_for_no_op_updates(spark, db, t):
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (3, "c")])
+    merge(spark, t, src, UPSERT, skip_unchanged_updates=False, **feed(t))
+    assert changes(spark, t) == expect(
+        (1, "a", "update_preimage", 1),
+        (1, "A", "update_postimage", 1),
+        (3, "c", "update_preimage", 1),
+        (3, "c", "update_postimage", 1),
+    )
+
+
+def test_cdf_skip_unchanged_on_no_op_only_merge_writes_no_version(spark, db, t):
+    src = source_view(spark, f"{db}_s", "id long, v string", [(3, "c")])
+    result = merge(spark, t, src, UPSERT, **feed(t))
+    assert result.version == 0
+    assert changes(spark, t) == []
+    assert history(spark, t) == []
+
+
+def test_cdf_conditional_delete_emits_the_full_deleted_row(spark, db):
+    t = f"{db}.orders"
+    create_table(spark, t, "id long, status string, amount double", [[(1, "new", 5.0), (2, "new", 7.5)]])
+    src = source_view(spark, f"{db}_s", "id long, op string", [(1, "D"), (2, "U")])
+    merge(
+        spark,
+        t,
+        src,
+        [
+            {"when": "matched", "condition": "s.op = 'D'", "action": "delete"},
+            {"when": "matched", "action": "update", "set": {"status": "'seen'"}},
+        ],
+        **feed(t),
+    )
+    assert rows(spark, t) == [(2, "seen", 7.5)]
+    assert changes(spark, t) == expect(
+        (1, "new", 5.0, "delete", 1),
+        (2, "new", 7.5, "update_preimage", 1),
+        (2, "seen", 7.5, "update_postimage", 1),
+    )
+
+
+def test_cdf_unconditional_delete_matched_twice_emits_one_delete(spark, db, t):
+    src = source_view(spark, f"{db}_s", "id long", [(2,), (2,), (2,), (4,)])
+    result = merge(spark, t, src, [{"when": "matched", "action": "delete"}], **feed(t))
+    assert result.metrics["numTargetRowsDeleted"] == 2
+    assert changes(spark, t) == expect((2, "b", "delete", 1), (4, "d", "delete", 1))
+
+
+def test_cdf_not_matched_by_source_delete_emits_deletes(spark, db, t):
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "a"), (3, "C")])
+    merge(
+        spark,
+        t,
+        src,
+        [UPDATE_ALL, {"when": "not_matched_by_source", "action": "delete"}],
+        **feed(t),
+    )
+    assert rows(spark, t) == [(1, "a"), (3, "C")]
+    assert changes(spark, t) == expect(
+        (2, "b", "delete", 1),
+        (3, "c", "update_preimage", 1),
+        (3, "C", "update_postimage", 1),
+        (4, "d", "delete", 1),
+    )
+
+
+def test_cdf_not_matched_by_source_soft_delete_emits_pre_post(spark, db):
+    t = f"{db}.accounts"
+    create_table(spark, t, "id long, active boolean", [[(1, True), (2, True), (3, False)]])
+    src = source_view(spark, f"{db}_s", "id long, active boolean", [(1, True)])
+    merge(
+        spark,
+        t,
+        src,
+        [
+            {
+                "when": "not_matched_by_source",
+                "condition": "t.active",
+                "action": "update",
+                "set": {"active": "false"},
+            }
+        ],
+        **feed(t),
+    )
+    # 1 matched (no matched clause), 3 already inactive: only 2 changes.
+    assert changes(spark, t) == expect((2, True, "update_preimage", 1), (2, False, "update_postimage", 1))
+
+
+def test_cdf_update_moving_row_between_partitions(spark, db):
+    t = f"{db}.tickets"
+    create_table(
+        spark,
+        t,
+        "id long, title string, status string",
+        [[(1, "x", "open"), (2, "y", "open")], [(3, "z", "closed")]],
+        partition_by=("status",),
+    )
+    src = source_view(spark, f"{db}_s", "id long, title string, status string", [(1, "x", "closed")])
+    merge(spark, t, src, UPSERT, **feed(t))
+    assert rows(spark, t) == [(1, "x", "closed"), (2, "y", "open"), (3, "z", "closed")]
+    # The feed holds the partition column as a plain column: the pre-image shows where it was.
+    assert changes(spark, t) == expect(
+        (1, "x", "open", "update_preimage", 1),
+        (1, "x", "closed", "update_postimage", 1),
+    )
+
+
+def test_cdf_schema_evolution_preimage_shows_null_for_new_column(spark, db, t):
+    src = source_view(
+        spark, f"{db}_s", "id long, v string, score int", [(1, "A", 10), (7, "g", 70)]
+    )
+    merge(spark, t, src, UPSERT, schema_evolution=True, **feed(t))
+    assert [f.name for f in spark.table(f"{t}__changes").schema.fields] == [
+        "id",
+        "v",
+        "_change_type",
+        "_commit_timestamp",
+        "score",  # added by the merge: Spark keeps the partition column last
+        "_commit_version",
+    ]
+    spark.catalog.refreshTable(f"{t}__changes")
+    got = sorted(
+        tuple(r)
+        for r in spark.table(f"{t}__changes").select("id", "v", "score", "_change_type").collect()
+    )
+    assert got == [
+        (1, "A", 10, "update_postimage"),
+        (1, "a", None, "update_preimage"),
+        (7, "g", 70, "insert"),
+    ]
+
+
+def test_cdf_matched_row_whose_condition_is_false_emits_nothing(spark, db, t):
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (2, "B"), (8, "h")])
+    merge(
+        spark,
+        t,
+        src,
+        [{"when": "matched", "condition": "s.v = 'A'", "action": "update", "set": "*"}, INSERT_ALL],
+        **feed(t),
+    )
+    # 2 matched but its clause does not act: not updated, not inserted, no change row.
+    assert changes(spark, t) == expect(
+        (1, "a", "update_preimage", 1), (1, "A", "update_postimage", 1), (8, "h", "insert", 1)
+    )
+
+
+def test_cdf_insert_only_merge_reports_every_insert(spark, db, t):
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "dup"), (5, "e"), (6, None)])
+    result = merge(spark, t, src, [INSERT_ALL], **feed(t))
+    assert result.metrics["numTargetFilesRemoved"] == 0
+    assert changes(spark, t) == expect((5, "e", "insert", 1), (6, None, "insert", 1))
+
+
+def test_cdf_update_from_null_and_to_null(spark, db):
+    t = f"{db}.n"
+    create_table(spark, t, "id long, v string", [[(1, None), (2, "b")]])
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "x"), (2, None)])
+    merge(spark, t, src, UPSERT, **feed(t))
+    assert changes(spark, t) == expect(
+        (1, None, "update_preimage", 1),
+        (1, "x", "update_postimage", 1),
+        (2, "b", "update_preimage", 1),
+        (2, None, "update_postimage", 1),
+    )
+
+
+def test_cdf_every_change_type_in_one_merge(spark, db, t):
+    src = source_view(spark, f"{db}_s", "id long, v string, op string", [(1, "-", "D"), (2, "B", "U"), (5, "e", "I")])
+    merge(
+        spark,
+        t,
+        src,
+        [
+            {"when": "matched", "condition": "s.op = 'D'", "action": "delete"},
+            UPDATE_ALL,
+            {"when": "not_matched", "condition": "s.op <> 'D'", "action": "insert", "values": "*"},
+            {"when": "not_matched_by_source", "condition": "t.id = 4", "action": "update", "set": {"v": "'gone'"}},
+        ],
+        **feed(t),
+    )
+    assert rows(spark, t) == [(2, "B"), (3, "c"), (4, "gone"), (5, "e")]
+    assert changes(spark, t) == expect(
+        (1, "a", "delete", 1),
+        (2, "b", "update_preimage", 1),
+        (2, "B", "update_postimage", 1),
+        (4, "d", "update_preimage", 1),
+        (4, "gone", "update_postimage", 1),
+        (5, "e", "insert", 1),
+    )
+
+
+def test_cdf_versions_and_timestamps_equal_the_journal(spark, db, t):
+    merge(spark, t, source_view(spark, f"{db}_s1", "id long, v string", [(1, "A")]), UPSERT, **feed(t))
+    merge(spark, t, source_view(spark, f"{db}_s2", "id long, v string", [(1, "AA"), (5, "e")]), UPSERT, **feed(t))
+    assert changes(spark, t) == expect(
+        (1, "a", "update_preimage", 1),
+        (1, "A", "update_postimage", 1),
+        (1, "A", "update_preimage", 2),
+        (1, "AA", "update_postimage", 2),
+        (5, "e", "insert", 2),
+    )
+    journal = {h["version"]: h["timestamp"] for h in history(spark, t)}
+    stamps = {
+        (r[0], r[1])
+        for r in spark.table(f"{t}__changes").select("_commit_version", "_commit_timestamp").collect()
+    }
+    # The session runs in UTC, so the naive TIMESTAMP is the journal's UTC instant.
+    expected = {
+        (v, datetime.fromisoformat(journal[v]).astimezone(timezone.utc).replace(tzinfo=None)) for v in (1, 2)
+    }
+    assert stamps == expected
+    assert partitions(spark, f"{t}__changes") == ["_commit_version=1", "_commit_version=2"]
+
+
+def test_cdf_failed_merge_leaves_feed_and_table_unchanged(spark, db, t):
+    merge(spark, t, source_view(spark, f"{db}_s1", "id long, v string", [(1, "A")]), UPSERT, **feed(t))
+    before = (rows(spark, t), changes(spark, t))
+    dup = source_view(spark, f"{db}_s2", "id long, v string", [(2, "x"), (2, "y")])
+    with pytest.raises(CardinalityViolation):
+        merge(spark, t, dup, UPSERT, **feed(t))
+    assert (rows(spark, t), changes(spark, t)) == before
+    assert partitions(spark, f"{t}__changes") == ["_commit_version=1"]
+
+
+def test_cdf_table_created_with_its_schema_when_missing(spark, db, t):
+    assert not spark.catalog.tableExists(f"{t}__changes")
+    src = source_view(spark, f"{db}_s", "id long, v string", [(3, "c")])
+    merge(spark, t, src, UPSERT, **feed(t))  # changes nothing, still prepares the feed
+    cols = spark.catalog.listColumns(f"{t}__changes")
+    assert [(c.name, c.dataType, c.isPartition) for c in cols] == [
+        ("id", "bigint", False),
+        ("v", "string", False),
+        ("_change_type", "string", False),
+        ("_commit_timestamp", "timestamp", False),
+        ("_commit_version", "bigint", True),
+    ]
+
+
+def test_cdf_on_orc_target_writes_parquet_feed(spark, db):
+    t = f"{db}.o"
+    create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b")]], fmt="orc")
+    src = source_view(spark, f"{db}_s", "id long, v string", [(2, "B"), (3, "c")])
+    merge(spark, t, src, UPSERT, **feed(t))
+    assert changes(spark, t) == expect(
+        (2, "b", "update_preimage", 1), (2, "B", "update_postimage", 1), (3, "c", "insert", 1)
+    )
+
+
+def test_cdf_start_history_recreates_the_feed_empty(spark, db, t):
+    merge(spark, t, source_view(spark, f"{db}_s", "id long, v string", [(1, "A")]), UPSERT, **feed(t))
+    started = start_history(spark, t, "REPLACE TABLE", f"{t}__changes")
+    assert started["changes_rows_removed"] == 2
+    assert started["versions_forgotten"] == 2  # the CONVERT version 0 and the merge
+    assert changes(spark, t) == []
+    assert [(h["version"], h["operation"]) for h in history(spark, t)] == [(0, "REPLACE TABLE")]
+    merge(spark, t, source_view(spark, f"{db}_s2", "id long, v string", [(2, "B")]), UPSERT, **feed(t))
+    assert changes(spark, t) == expect((2, "b", "update_preimage", 1), (2, "B", "update_postimage", 1))
+
+
+def test_cdf_target_column_with_feed_name_is_rejected(spark, db):
+    t = f"{db}.r"
+    create_table(spark, t, "id long, _change_type string", [[(1, "x")]])
+    src = source_view(spark, f"{db}_s", "id long, _change_type string", [(1, "y")])
+    with pytest.raises(MergeSpecError, match="the target has a column named _change_type"):
+        merge(spark, t, src, UPSERT, **feed(t))
+    assert rows(spark, t) == [(1, "x")]
+    assert not spark.catalog.tableExists(f"{t}__changes")
+
+
+def test_cdf_existing_table_that_is_not_a_feed_is_rejected(spark, db, t):
+    spark.sql(f"CREATE TABLE {t}__changes (id bigint) USING parquet")
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
+    with pytest.raises(UnsupportedTableError) as info:
+        merge(spark, t, src, UPSERT, **feed(t))
+    assert str(info.value) == (
+        f"change_data_feed table {t}__changes exists but is not a change feed (a Parquet table "
+        "partitioned by _commit_version; found parquet partitioned by nothing). Drop it or name "
+        "another table in change_data_feed."
+    )
+    assert rows(spark, t) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
