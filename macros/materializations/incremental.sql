@@ -52,6 +52,8 @@
     {%- endif -%}
   {%- elif existing_relation.is_view or should_full_refresh() -%}
     {% set is_delta = (file_format == 'delta' and existing_relation.is_delta) %}
+    {#-- Counted before the drop: dropping a managed table deletes its journal too. --#}
+    {%- set earlier_versions = adapter.rowmerge_version_count(existing_relation.render()) if strategy == 'row_level_merge' and not existing_relation.is_view else 0 -%}
     {% if not is_delta %}
       {% do adapter.drop_relation(existing_relation) %}
     {% endif %}
@@ -60,7 +62,7 @@
     {%- endcall -%}
     {% do persist_constraints(target_relation, model) %}
     {%- if strategy == 'row_level_merge' -%}
-      {%- do rowmerge_start_history(target_relation, 'CREATE TABLE' if existing_relation.is_view else 'REPLACE TABLE') -%}
+      {%- do rowmerge_start_history(target_relation, 'CREATE TABLE' if existing_relation.is_view else 'REPLACE TABLE', earlier_versions) -%}
     {%- endif -%}
   {%- else -%}
     {%- call statement('create_tmp_relation', language=language) -%}

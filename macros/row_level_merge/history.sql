@@ -3,16 +3,18 @@
   rebuilt it (--full-refresh, or replacing a view). Earlier versions are forgotten and the
   change table, with change_data_feed, starts empty; a full refresh says so in the log.
 --#}
-{% macro rowmerge_start_history(relation, operation) %}
+{% macro rowmerge_start_history(relation, operation, earlier_versions=0) %}
   {%- set changes = rowmerge_changes_table() -%}
   {%- set started = adapter.rowmerge_start_history(relation.render(), operation, changes) -%}
+  {#-- A journal that survived the drop (a table with its own location) is counted here. --#}
+  {%- set earlier_versions = [earlier_versions, started.versions_forgotten] | max -%}
   {%- if operation == 'REPLACE TABLE' -%}
     {%- set feed = "" -%}
     {%- if changes -%}
       {%- set feed = "; change feed " ~ changes ~ " truncated (" ~ started.changes_rows_removed ~ " change rows removed)" -%}
     {%- endif -%}
     {{ log("rowmerge: full refresh of " ~ relation.render() ~ ": history restarted at version 0 ("
-           ~ started.versions_forgotten ~ " earlier versions forgotten)" ~ feed, info=True) }}
+           ~ earlier_versions ~ " earlier versions forgotten)" ~ feed, info=True) }}
   {%- endif -%}
   {{ return(started) }}
 {% endmacro %}

@@ -168,9 +168,7 @@ def test_cdf_update_moving_row_between_partitions(spark, db):
 
 
 def test_cdf_schema_evolution_preimage_shows_null_for_new_column(spark, db, t):
-    src = source_view(
-        spark, f"{db}_s", "id long, v string, score int", [(1, "A", 10), (7, "g", 70)]
-    )
+    src = source_view(spark, f"{db}_s", "id long, v string, score int", [(1, "A", 10), (7, "g", 70)])
     merge(spark, t, src, UPSERT, schema_evolution=True, **feed(t))
     assert [f.name for f in spark.table(f"{t}__changes").schema.fields] == [
         "id",
@@ -182,8 +180,7 @@ def test_cdf_schema_evolution_preimage_shows_null_for_new_column(spark, db, t):
     ]
     spark.catalog.refreshTable(f"{t}__changes")
     got = sorted(
-        tuple(r)
-        for r in spark.table(f"{t}__changes").select("id", "v", "score", "_change_type").collect()
+        tuple(r) for r in spark.table(f"{t}__changes").select("id", "v", "score", "_change_type").collect()
     )
     assert got == [
         (1, "A", 10, "update_postimage"),
@@ -228,7 +225,9 @@ def test_cdf_update_from_null_and_to_null(spark, db):
 
 
 def test_cdf_every_change_type_in_one_merge(spark, db, t):
-    src = source_view(spark, f"{db}_s", "id long, v string, op string", [(1, "-", "D"), (2, "B", "U"), (5, "e", "I")])
+    src = source_view(
+        spark, f"{db}_s", "id long, v string, op string", [(1, "-", "D"), (2, "B", "U"), (5, "e", "I")]
+    )
     merge(
         spark,
         t,
@@ -237,7 +236,12 @@ def test_cdf_every_change_type_in_one_merge(spark, db, t):
             {"when": "matched", "condition": "s.op = 'D'", "action": "delete"},
             UPDATE_ALL,
             {"when": "not_matched", "condition": "s.op <> 'D'", "action": "insert", "values": "*"},
-            {"when": "not_matched_by_source", "condition": "t.id = 4", "action": "update", "set": {"v": "'gone'"}},
+            {
+                "when": "not_matched_by_source",
+                "condition": "t.id = 4",
+                "action": "update",
+                "set": {"v": "'gone'"},
+            },
         ],
         **feed(t),
     )
@@ -254,7 +258,13 @@ def test_cdf_every_change_type_in_one_merge(spark, db, t):
 
 def test_cdf_versions_and_timestamps_equal_the_journal(spark, db, t):
     merge(spark, t, source_view(spark, f"{db}_s1", "id long, v string", [(1, "A")]), UPSERT, **feed(t))
-    merge(spark, t, source_view(spark, f"{db}_s2", "id long, v string", [(1, "AA"), (5, "e")]), UPSERT, **feed(t))
+    merge(
+        spark,
+        t,
+        source_view(spark, f"{db}_s2", "id long, v string", [(1, "AA"), (5, "e")]),
+        UPSERT,
+        **feed(t),
+    )
     assert changes(spark, t) == expect(
         (1, "a", "update_preimage", 1),
         (1, "A", "update_postimage", 1),

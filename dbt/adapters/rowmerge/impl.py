@@ -111,6 +111,15 @@ class RowMergeAdapter(SparkAdapter):
             raise DbtRuntimeError(str(exc)) from None
 
     @available
+    def rowmerge_version_count(self, relation: str) -> int:
+        """How many versions the table's journal holds (0 if none, or not a mergeable table)."""
+        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
+        try:
+            return len(merge.history(spark, str(relation)))
+        except merge.MergeError:
+            return 0
+
+    @available
     def rowmerge_start_history(
         self, relation: str, operation: str, changes_table: str | None = None
     ) -> dict[str, Any]:

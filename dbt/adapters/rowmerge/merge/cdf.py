@@ -194,7 +194,6 @@ def write_change_feed(
     timestamp: datetime,
 ) -> list[StagedFile]:
     """Write ``rows`` stamped with the commit timestamp into ``staging``; return the files."""
-    schema = feed_schema(plan.output_fields)
     micros = int(timestamp.timestamp()) * 1_000_000 + timestamp.microsecond
     out = rows.select(
         *[F.col(q(f.name)) for f in plan.output_fields],
@@ -202,5 +201,4 @@ def write_change_feed(
         F.timestamp_micros(F.lit(micros)).alias(COMMIT_TIMESTAMP),
     )
     out.write.format("parquet").save(staging)
-    data_schema = StructType([f for f in schema.fields if f.name != COMMIT_VERSION])
-    return staged_files(spark, "parquet", data_schema, staging, storage)
+    return staged_files(spark, "parquet", staging, storage)[0]

@@ -188,8 +188,14 @@ class Journal:
                 removed += name.endswith(ENTRY_SUFFIX)
         return removed
 
-    def commit(self, entry: dict[str, Any], snapshot: Mapping[str, FileInfo]) -> None:
-        """Create the planned entry: the commit point. Abort if anyone else changed the table."""
+    def commit(
+        self, entry: dict[str, Any], snapshot: Mapping[str, FileInfo], initial: dict[str, Any] | None = None
+    ) -> None:
+        """Create the planned entry: the commit point. Abort if anyone else changed the table.
+
+        ``initial`` (version 0 of a table that had no journal, described when the merge read
+        it) is written first, once the table is known to be unchanged.
+        """
         changed = self._changed_files(snapshot)
         if changed:
             shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
@@ -199,6 +205,8 @@ class Journal:
                 "changed; run the model again. Jobs that write this table without row_level_merge "
                 "(insert_overwrite runs, manual jobs) must not run at the same time as a merge."
             )
+        if initial is not None:
+            self.write_initial(initial)
         version = int(entry["version"])
         if not self.storage.create_if_absent(self.entry_path(version), json.dumps(entry, indent=1)):
             raise ConcurrentMergeError(

@@ -11,17 +11,18 @@ the commit's staging folder, partitioned like the table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from .plan import FILE, NO_ACTION, ROW, SRC_ID, MergePlan
 from .scan import ScanResult, target_frame
 from .source import MaterializedSource
 from .storage import Storage
+from .table import count_rows
 
 # Inserts into an unpartitioned table go into files of about this many rows.
 ROWS_PER_INSERT_FILE = 1_000_000
@@ -114,8 +115,11 @@ def write_changes(
     scan: ScanResult | None,
     staging: str,
     storage: Storage,
-) -> list[StagedFile]:
-    """Write rewritten + inserted rows into ``staging``; return the non-empty files written."""
+) -> tuple[list[StagedFile], dict[str, int]]:
+    """Write rewritten + inserted rows into ``staging``.
+
+    Returns the non-empty files written and the row count of every touched file.
+    """
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
     touched = [f.path for f in scan.touched] if scan else []
@@ -132,13 +136,14 @@ def write_changes(
             inserts = inserts.coalesce(files_for(expected))
         parts.append(inserts)
     if not parts:
-        return []
+        return [], {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     writer = out.write.format(plan.target.file_format)
     if pcols:
         writer = writer.partitionBy(*pcols)
     writer.save(staging)
-    return staged_files(spark, plan.target.file_format, StructType(plan.output_fields), staging, storage)
+    removed = [storage.from_spark_path(p) for p in touched]
+    return staged_files(spark, plan.target.file_format, staging, storage, removed)
 
 
 def files_for(rows: int) -> int:
@@ -147,27 +152,20 @@ def files_for(rows: int) -> int:
 
 
 def staged_files(
-    spark: SparkSession, file_format: str, schema: StructType, staging: str, storage: Storage
-) -> list[StagedFile]:
-    """List what a write produced with row counts (from footers); drop empty files."""
+    spark: SparkSession, file_format: str, staging: str, storage: Storage, removed: Sequence[str] = ()
+) -> tuple[list[StagedFile], dict[str, int]]:
+    """List what a write produced with row counts; drop empty files.
+
+    The rows of the ``removed`` files (the touched files the commit replaces) are counted in
+    the same footer-only job, for the journal.
+    """
     listed = storage.list_data_files(staging)
-    if not listed:
-        return []
-    counts = (
-        spark.read.format(file_format)
-        .schema(schema)
-        .option("basePath", staging)
-        .load(staging)
-        .groupBy(F.col("_metadata.file_path").alias("p"))
-        .count()
-        .collect()
-    )
-    rows = {storage.from_spark_path(r["p"]): int(r["count"]) for r in counts}
+    counts = count_rows(spark, file_format, [f.path for f in listed] + list(removed), storage)
     out = []
     for f in listed:
-        n = rows.get(storage.qualify(f.path), 0)
-        if n == 0:
-            storage.delete(f.path)
+        path = storage.qualify(f.path)
+        if counts[path] == 0:
+            storage.delete(path)
             continue
-        out.append(StagedFile(storage.qualify(f.path), f.size, n))
-    return out
+        out.append(StagedFile(path, f.size, counts[path]))
+    return out, {storage.qualify(p): counts[storage.qualify(p)] for p in removed}

@@ -78,6 +78,7 @@ class Commit:
     version: int
     snapshot: dict[str, FileInfo]
     changes: ChangesTable | None
+    initial: dict[str, Any] | None  # version 0 to write first, for a table without a journal
 
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
@@ -93,6 +94,9 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
             spark.catalog.refreshTable(target.name)
             read_version = journal.current_version()
             snapshot = journal.snapshot()
+            initial = (
+                None if journal.versions() else _initial_entry(spark, target, journal, "CONVERT", snapshot)
+            )
 
             raw_source = read_source(spark, parsed.source)
             plan = build_plan(parsed, target, raw_source, target.read(spark))
@@ -102,7 +106,7 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
             with timed(metrics, "materializeSourceTimeMs"):
                 source = materialize(spark, plan, raw_source)
             metrics["numSourceRows"] = source.num_rows
-            commit = Commit(read_version + 1, snapshot, changes)
+            commit = Commit(read_version + 1, snapshot, changes, initial)
             try:
                 version = _merge(spark, plan, source, journal, lock, commit, metrics)
             except Exception as exc:
@@ -118,6 +122,9 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
 def _recover(spark: SparkSession, journal: Journal, lock: TableLock, table: str) -> Recovery:
     """Under the lock: fence out a holder that may still run, then recover."""
     if lock.took_over is not None and lock.took_over_live:
+        if not journal.versions():  # keep version 0 the table as found, before the fence
+            target = load_target(spark, table)
+            journal.write_initial(_initial_entry(spark, target, journal, "CONVERT", journal.snapshot()))
         version = journal.fence(table, f"lock taken over from {lock.took_over.describe()}")
         logger.warning(
             "rowmerge: took over the expired lock of %s on %s; committed fence version %d so that "
@@ -160,7 +167,7 @@ def _merge(
         extra = " and writing inserts" if plan.not_matched else ""
         logger.info("rowmerge: rewriting %d file(s)%s", len(removed), extra)
         with timed(metrics, "rewriteTimeMs"):
-            staged = write_changes(spark, plan, source, pruned, scan, data_dir, journal.storage)
+            staged, removed_rows = write_changes(spark, plan, source, pruned, scan, data_dir, journal.storage)
         _record_counts(metrics, scan, staged, removed)
         if not staged and not removed:
             logger.info("rowmerge: nothing to change in %s", target.name)
@@ -181,11 +188,11 @@ def _merge(
 
         logger.info("rowmerge: committing %d new, %d replaced file(s)", len(staged), len(removed))
         with timed(metrics, "commitTimeMs"):
-            entry = _entry(plan, journal, txn, commit, timestamp, data_dir, staged, removed, feed, metrics)
-            if not journal.versions():
-                journal.write_initial(_initial_entry(spark, target, journal, "CONVERT", commit.snapshot))
+            entry = _entry(
+                plan, journal, txn, commit, timestamp, data_dir, staged, removed, removed_rows, feed, metrics
+            )
             lock.check()
-            journal.commit(entry, commit.snapshot)
+            journal.commit(entry, commit.snapshot, commit.initial)
             committed = True
             fault_point("entry")
             journal.apply(spark, entry, target.name)
@@ -231,6 +238,7 @@ def _entry(
     data_dir: str,
     staged: list[StagedFile],
     removed: list[FileStats],
+    removed_rows: dict[str, int],
     feed: list[StagedFile],
     metrics: MergeMetrics,
 ) -> dict[str, Any]:
@@ -273,7 +281,8 @@ def _entry(
         "spec_digest": spec_digest(plan.spec.raw or {}),
         "added": added,
         "removed": [
-            {"path": storage.from_spark_path(f.path), "size": f.size, "rows": f.rows_read} for f in removed
+            {"path": path, "size": size, "rows": removed_rows[path]}
+            for path, size in sorted((storage.from_spark_path(f.path), f.size) for f in removed)
         ],
         "partitions": partitions,
         "new_columns": [{"name": f.name, "type": f.dataType.simpleString()} for f in plan.new_fields],

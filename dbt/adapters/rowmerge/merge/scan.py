@@ -64,9 +64,8 @@ def pruned_target(spark: SparkSession, plan: MergePlan, source: MaterializedSour
 
 @dataclass
 class FileStats:
-    path: str
+    path: str  # as _metadata.file_path reports it (URL-encoded)
     size: int
-    rows_read: int
 
 
 @dataclass
@@ -118,7 +117,6 @@ def find_touched_files(
         result.cached = classified
     per_row = classified.groupBy("f", "rk").agg(
         F.sum("pair").alias("n_src"),
-        F.when(F.col("rk").isNull(), F.count(F.lit(1))).otherwise(F.lit(1)).alias("rows"),
         F.max("m_upd").alias("m_upd"),
         F.max("m_del").alias("m_del"),
         F.sum("b_upd").alias("b_upd"),
@@ -128,7 +126,6 @@ def find_touched_files(
     )
     dup = F.col("n_src") > 1
     per_file = per_row.groupBy("f").agg(
-        F.sum("rows").alias("rows"),
         F.max(F.greatest("m_upd", "m_del", "b_upd", "b_del")).alias("acts"),
         F.sum("m_upd").alias("m_upd"),
         F.sum("m_del").alias("m_del"),
@@ -155,7 +152,7 @@ def find_touched_files(
         dup_rows += int(r["dups"] or 0)
         samples += [(s["key"], int(s["n_src"])) for s in (r["dup_samples"] or [])]
         if r["acts"]:
-            result.touched.append(FileStats(r["f"], int(r["size"] or 0), int(r["rows"])))
+            result.touched.append(FileStats(r["f"], int(r["size"] or 0)))
     if plan.spec.enforces_cardinality and dup_rows:
         release(result)
         samples.sort()

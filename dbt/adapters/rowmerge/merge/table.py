@@ -7,7 +7,7 @@ and Hive-serde tables stored as Parquet/ORC.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -22,6 +22,7 @@ from .storage import FileInfo, Storage
 
 SUPPORTED_FORMATS = ("parquet", "orc")
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+COUNT_PROBE = "__rowmerge_count"  # a column no data file has (reserved prefix)
 LAKEHOUSE_FORMATS = ("delta", "iceberg", "hudi")
 
 
@@ -117,22 +118,33 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
     )
 
 
+def count_rows(
+    spark: SparkSession, file_format: str, paths: Sequence[str], storage: Storage
+) -> dict[str, int]:
+    """Rows in each file of ``paths`` (qualified path -> rows), from one job over their footers.
+
+    The files are read with one column that none of them has, so no data is decoded.
+    """
+    if not paths:
+        return {}
+    counted = (
+        spark.read.format(file_format)
+        .schema(f"`{COUNT_PROBE}` int")
+        .load(list(paths))
+        .groupBy(F.col("_metadata.file_path").alias("p"))
+        .count()
+        .collect()
+    )
+    rows = {storage.from_spark_path(r["p"]): int(r["count"]) for r in counted}
+    return {storage.qualify(p): rows.get(storage.qualify(p), 0) for p in paths}
+
+
 def table_files(
     spark: SparkSession, target: TargetTable, storage: Storage, files: Mapping[str, FileInfo]
 ) -> list[dict[str, Any]]:
-    """Path, size and row count of every file in ``files`` (qualified path -> FileInfo).
-
-    Row counts come from one job over the table's file footers; a file the catalog does not
-    show (an unregistered partition folder) is listed with ``rows: null``.
-    """
-    counted = target.read(spark).groupBy(F.col("_metadata.file_path").alias("p")).count().collect()
-    rows = {storage.from_spark_path(r["p"]): int(r["count"]) for r in counted}
-    visible = set(storage.qualify(p) for p in target.read(spark).inputFiles())
-    out = []
-    for path, info in sorted(files.items()):
-        n = rows.get(path, 0 if path in visible else None)
-        out.append({"path": path, "size": info.size, "rows": n})
-    return out
+    """Path, size and row count of every file in ``files`` (qualified path -> FileInfo)."""
+    rows = count_rows(spark, target.file_format, sorted(files), storage)
+    return [{"path": path, "size": info.size, "rows": rows[path]} for path, info in sorted(files.items())]
 
 
 def _sql_string(value: str) -> str:

@@ -1,0 +1,325 @@
+"""The commit journal (journal.py, run.py): entries, version 0, recovery, foreign writers, locking.
+
+Crashes here are simulated in-process: the commit protocol's step hook raises instead of
+killing the process, so the merge stops exactly after that step with nothing cleaned up
+after the commit point. (tests/reliability kills real processes at every step.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dbt.adapters.rowmerge.merge import (
+    ConcurrentMergeError,
+    JournalError,
+    history,
+    recover,
+)
+from dbt.adapters.rowmerge.merge import journal as journal_module
+from dbt.adapters.rowmerge.merge import run as run_module
+from dbt.adapters.rowmerge.merge.lock import Owner, TableLock
+from dbt.adapters.rowmerge.merge.storage import HadoopStorage
+from tests.engine.helpers import (
+    UPSERT,
+    create_table,
+    file_snapshot,
+    files_of,
+    merge,
+    partitions,
+    rows,
+    source_view,
+    table_dir,
+)
+
+
+class SimulatedCrash(BaseException):
+    """Stands for the process dying: not an Exception, so no handler turns it into an error."""
+
+
+def crash_after(monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    def hook(name: str) -> None:
+        if name == step:
+            raise SimulatedCrash(name)
+
+    monkeypatch.setattr(journal_module, "fault_point", hook)
+    monkeypatch.setattr(run_module, "fault_point", hook)
+
+
+def log_dir(spark, t: str) -> Path:
+    return Path(table_dir(spark, t)) / "_rowmerge_log"
+
+
+def entry(spark, t: str, version: int) -> dict[str, Any]:
+    return json.loads((log_dir(spark, t) / f"{version:020d}.json").read_text())
+
+
+@pytest.fixture
+def t(spark, db) -> str:
+    name = f"{db}.t"
+    create_table(spark, name, "id long, v string", [[(1, "a"), (2, "b")], [(3, "c")]])
+    return name
+
+
+def test_journal_first_merge_writes_version_0_and_a_complete_entry(spark, db, t):
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (9, "z")])
+    result = merge(spark, t, src, UPSERT)
+    assert result.version == 1
+    v0 = entry(spark, t, 0)
+    assert v0["operation"] == "CONVERT"
+    assert {f["path"].removeprefix("file:"): f["size"] for f in v0["added"]} == {
+        path: size for path, (size, _) in before.items()
+    }
+    assert sorted(f["rows"] for f in v0["added"]) == [1, 2]
+    assert v0["metrics"] == {
+        "numFiles": 2,
+        "numOutputRows": 3,
+        "numOutputBytes": sum(s for s, _ in before.values()),
+    }
+    v1 = entry(spark, t, 1)
+    assert set(v1) == {
+        "format", "version", "table", "operation", "timestamp", "txn", "read_version", "spec_digest",
+        "added", "removed", "partitions", "new_columns", "cdf", "metrics",
+    }  # fmt: skip
+    assert (v1["version"], v1["read_version"], v1["operation"], v1["table"]) == (1, 0, "MERGE", t)
+    assert [f["rows"] for f in v1["removed"]] == [2]  # the file holding 1 and 2
+    assert sorted(f["rows"] for f in v1["added"]) == [1, 2]  # rewritten (1, 2) + insert (9)
+    assert all(
+        f["staged"].split("/_rowmerge_log/staging/")[1].startswith(v1["txn"] + "/data/") for f in v1["added"]
+    )
+    assert v1["metrics"]["numTargetRowsInserted"] == 1
+    assert sorted(os.listdir(log_dir(spark, t))) == [
+        f"{0:020d}.applied",
+        f"{0:020d}.json",
+        f"{1:020d}.applied",
+        f"{1:020d}.json",
+        "lock",
+        "staging",
+    ]
+    assert os.listdir(log_dir(spark, t) / "staging") == []
+
+
+def test_journal_history_rows_and_limit(spark, db, t):
+    merge(spark, t, source_view(spark, f"{db}_s1", "id long, v string", [(1, "A")]), UPSERT)
+    merge(spark, t, source_view(spark, f"{db}_s2", "id long, v string", [(2, None), (7, "g")]), UPSERT)
+    log = history(spark, t)
+    assert [
+        (h["version"], h["operation"], h["rows_inserted"], h["rows_updated"], h["rows_deleted"],
+         h["files_added"], h["files_removed"], h["applied"])
+        for h in log
+    ] == [
+        (2, "MERGE", 1, 1, 0, 2, 1, True),
+        (1, "MERGE", 0, 1, 0, 1, 1, True),
+        (0, "CONVERT", 3, 0, 0, 2, 0, True),
+    ]  # fmt: skip
+    assert [h["version"] for h in history(spark, t, limit=2)] == [2, 1]
+
+
+@pytest.mark.parametrize("step", ["entry", "move_0", "delete_0", "before_applied", "applied"])
+def test_journal_crash_after_commit_point_rolls_forward(spark, db, monkeypatch, t, step):
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (9, "z")])
+    crash_after(monkeypatch, step)
+    with pytest.raises(SimulatedCrash):
+        merge(spark, t, src, UPSERT)
+    monkeypatch.undo()
+    done = recover(spark, t)
+    assert done.rolled_forward == ([] if step == "applied" else [1])
+    assert (done.rolled_back, done.discarded) == ([], [])
+    assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c"), (9, "z")]
+    assert os.listdir(log_dir(spark, t) / "staging") == []
+    assert not recover(spark, t)  # a second recovery has nothing left to do
+
+
+def plant_orphan_staging(spark, t: str, txn: str = "1700000000000-deadbeef0000") -> str:
+    """Staging a writer left when it died before its commit point (a file in data/ and cdf/)."""
+    for sub in ("data", "cdf"):
+        folder = log_dir(spark, t) / "staging" / txn / sub
+        folder.mkdir(parents=True)
+        (folder / "part-00000.snappy.parquet").write_bytes(b"PAR1")
+    return txn
+
+
+@pytest.mark.parametrize("step", ["staged_data", "staged_cdf"])
+def test_journal_error_before_commit_point_removes_its_staging(spark, db, monkeypatch, t, step):
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (9, "z")])
+    crash_after(monkeypatch, step)
+    with pytest.raises(SimulatedCrash):
+        merge(spark, t, src, UPSERT, change_data_feed={"table": f"{t}__changes"})
+    monkeypatch.undo()
+    # The merge's own error path rolled back; a real crash leaves staging (next test).
+    assert os.listdir(log_dir(spark, t) / "staging") == []
+    assert file_snapshot(spark, t) == before
+    assert rows(spark, f"{t}__changes") == []
+    assert history(spark, t) == []
+
+
+def test_journal_orphan_staging_is_rolled_back(spark, db, t):
+    before = file_snapshot(spark, t)
+    txn = plant_orphan_staging(spark, t)
+    done = recover(spark, t)
+    assert (done.rolled_forward, done.rolled_back, done.discarded) == ([], [txn], [])
+    assert done.describe() == "rolled back 1 uncommitted staging folder(s)"
+    assert os.listdir(log_dir(spark, t) / "staging") == []
+    assert file_snapshot(spark, t) == before
+
+
+def test_journal_recovery_replays_schema_evolution_and_partitions(spark, db, monkeypatch):
+    t = f"{db}.p"
+    create_table(spark, t, "id long, v string, p int", [[(1, "a", 1)], [(2, "b", 2)]], partition_by=("p",))
+    src = source_view(
+        spark, f"{db}_s", "id long, v string, extra string, p int", [(1, "A", "x", 1), (3, "c", "y", 3)]
+    )
+    crash_after(monkeypatch, "entry")
+    with pytest.raises(SimulatedCrash):
+        merge(spark, t, src, UPSERT, schema_evolution=True)
+    monkeypatch.undo()
+    assert partitions(spark, t) == ["p=1", "p=2"]
+    assert recover(spark, t).rolled_forward == [1]
+    assert [f.name for f in spark.table(t).schema.fields] == ["id", "v", "extra", "p"]
+    assert partitions(spark, t) == ["p=1", "p=2", "p=3"]
+    assert rows(spark, t) == [(1, "A", "x", 1), (2, "b", None, 2), (3, "c", "y", 3)]
+
+
+def test_journal_incomplete_entry_is_discarded_and_its_staging_rolled_back(spark, db, t):
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
+    merge(spark, t, src, UPSERT)  # versions 0 and 1
+    # The next writer staged its files and died while creating entry 2: it is cut short.
+    txn = plant_orphan_staging(spark, t)
+    (log_dir(spark, t) / f"{2:020d}.json").write_text('{"format": 1, "version": 2, "tab')
+    before = file_snapshot(spark, t)
+    done = recover(spark, t)
+    assert (done.rolled_forward, done.discarded, done.rolled_back) == ([], [2], [txn])
+    assert done.describe() == (
+        "discarded incomplete entry(ies) 2; rolled back 1 uncommitted staging folder(s)"
+    )
+    assert file_snapshot(spark, t) == before
+    assert [h["version"] for h in history(spark, t)] == [1, 0]
+    assert (
+        merge(spark, t, source_view(spark, f"{db}_s2", "id long, v string", [(2, "B")]), UPSERT).version == 2
+    )
+
+
+def test_journal_missing_staged_file_is_a_clear_error(spark, db, monkeypatch, t):
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
+    crash_after(monkeypatch, "entry")
+    with pytest.raises(SimulatedCrash):
+        merge(spark, t, src, UPSERT)
+    monkeypatch.undo()
+    staged = entry(spark, t, 1)["added"][0]["staged"]
+    os.remove(staged.removeprefix("file:"))
+    with pytest.raises(JournalError) as info:
+        recover(spark, t)
+    assert str(info.value) == (
+        f"Cannot finish the interrupted commit of version 1 of {t}: staged file {staged} is missing "
+        f"(was {'file:' + str(log_dir(spark, t))} edited by hand?). Restore the file, or rebuild the "
+        "table with --full-refresh."
+    )
+
+
+def _foreign_write(spark, t: str, monkeypatch: pytest.MonkeyPatch, action) -> None:
+    """Run ``action`` (another writer) right after the merge staged its files."""
+
+    def hook(name: str) -> None:
+        if name == "staged_data":
+            action()
+
+    monkeypatch.setattr(run_module, "fault_point", hook)
+
+
+def test_journal_foreign_overwrite_aborts_with_no_change(spark, db, monkeypatch, t):
+    victim = files_of(spark, t, "id = 1")[0]  # the file of rows 1 and 2
+    _foreign_write(spark, t, monkeypatch, lambda: os.remove(victim))
+    src = source_view(spark, f"{db}_s", "id long, v string", [(3, "C")])
+    with pytest.raises(ConcurrentMergeError) as info:
+        merge(spark, t, src, UPSERT)
+    assert str(info.value) == (
+        f"MERGE into {t} aborted: another writer changed 1 of the table's files while the merge ran "
+        f"(file:{victim}). Nothing was changed; run the model again. Jobs that write this table without "
+        "row_level_merge (insert_overwrite runs, manual jobs) must not run at the same time as a merge."
+    )
+    # Exactly what the foreign writer left: the merge added and removed nothing.
+    assert rows(spark, t) == [(3, "c")]
+    assert history(spark, t) == []
+    assert os.listdir(log_dir(spark, t) / "staging") == []
+
+
+def test_journal_foreign_rewrite_of_a_file_in_place_aborts(spark, db, monkeypatch, t):
+    victim = files_of(spark, t, "id = 3")[0]  # a file the merge does not even touch
+
+    def rewrite_in_place() -> None:
+        data = Path(victim).read_bytes()
+        Path(victim).write_bytes(data)
+        os.utime(victim, (time.time() + 5, time.time() + 5))
+
+    _foreign_write(spark, t, monkeypatch, rewrite_in_place)
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
+    with pytest.raises(ConcurrentMergeError, match="another writer changed 1 of the table's files"):
+        merge(spark, t, src, UPSERT)
+    assert rows(spark, t) == [(1, "a"), (2, "b"), (3, "c")]
+
+
+def test_journal_foreign_append_is_kept_and_merge_commits(spark, db, monkeypatch, t):
+    def append() -> None:
+        spark.createDataFrame([(50, "x")], "id long, v string").write.insertInto(t)
+
+    _foreign_write(spark, t, monkeypatch, append)
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
+    assert merge(spark, t, src, UPSERT).version == 1
+    assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c"), (50, "x")]
+
+
+def test_journal_merge_waits_for_the_lock_then_commits(spark, db, t):
+    storage = HadoopStorage(spark)
+    holder = TableLock(storage, "file:" + str(log_dir(spark, t)), t, "MERGE", 0)
+    holder.acquire()
+    timer = threading.Timer(2.0, holder.release)
+    timer.start()
+    started = time.monotonic()
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
+    result = merge(spark, t, src, UPSERT, lock_timeout_s=60)
+    timer.join()
+    assert time.monotonic() - started >= 2.0
+    assert result.version == 1
+    assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c")]
+
+
+def test_journal_merge_and_recover_fail_naming_the_lock_holder(spark, db, t):
+    storage = HadoopStorage(spark)
+    before = file_snapshot(spark, t)
+    with TableLock(storage, "file:" + str(log_dir(spark, t)), t, "MERGE", 0):
+        src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
+        with pytest.raises(ConcurrentMergeError, match=f"MERGE on {t} gave up after waiting 1 s"):
+            merge(spark, t, src, UPSERT, lock_timeout_s=1)
+        with pytest.raises(ConcurrentMergeError, match=f"RECOVER on {t} gave up after waiting 0.5 s"):
+            recover(spark, t, lock_timeout_s=0.5)
+    assert file_snapshot(spark, t) == before
+    assert history(spark, t) == []
+
+
+def test_journal_expired_remote_lock_is_fenced_before_the_merge(spark, db, monkeypatch, t):
+    folder = log_dir(spark, t) / "lock"
+    folder.mkdir(parents=True)
+    stale = Owner("other-host", 77, "MERGE", t, "x", time.time() - 3600, 60.0)
+    (folder / f"{1:020d}.json").write_text(json.dumps(stale.__dict__))
+    # The old holder staged files before it stalled: they must not survive the takeover.
+    orphan = log_dir(spark, t) / "staging" / "old-txn" / "data"
+    orphan.mkdir(parents=True)
+    (orphan / "part-0.parquet").write_bytes(b"x")
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
+    result = merge(spark, t, src, UPSERT)
+    assert result.version == 2
+    log = history(spark, t)
+    assert [(h["version"], h["operation"]) for h in log] == [(2, "MERGE"), (1, "FENCE"), (0, "CONVERT")]
+    assert entry(spark, t, 1)["reason"].startswith(
+        f"lock taken over from MERGE on {t} by pid 77 on host other-host"
+    )
+    assert os.listdir(log_dir(spark, t) / "staging") == []
+    assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c")]
