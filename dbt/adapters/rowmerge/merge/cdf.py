@@ -104,9 +104,10 @@ def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage
         )
     if not spark.catalog.tableExists(name):
         create_changes_table(spark, name, feed_schema(list(plan.target.schema.fields)))
-    info = describe_table(spark, name)
+    described = describe_table(spark, name)
+    info = described.info
     provider = info.get("Provider", "").lower()
-    partitioning = [c.name for c in spark.catalog.listColumns(name) if c.isPartition]
+    partitioning = list(described.partition_columns)
     if provider != "parquet" or partitioning != [COMMIT_VERSION]:
         raise UnsupportedTableError(
             f"change_data_feed table {name} exists but is not a change feed (a Parquet table "

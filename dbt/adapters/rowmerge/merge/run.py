@@ -178,11 +178,12 @@ def _merge(
         feed: list[StagedFile] = []
         if commit.changes is not None:
             logger.info("rowmerge: writing change feed rows for %s", commit.changes.name)
-            rows = change_rows(spark, plan, source, pruned, scan, data_dir)
-            if rows is not None:
-                feed = write_change_feed(
-                    spark, plan, rows, f"{staging}/{CDF_DIR}", journal.storage, timestamp
-                )
+            with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
+                rows = change_rows(spark, plan, source, pruned, scan, data_dir)
+                if rows is not None:
+                    feed = write_change_feed(
+                        spark, plan, rows, f"{staging}/{CDF_DIR}", journal.storage, timestamp
+                    )
             fault_point("staged_cdf")
         metrics["numTargetChangeFilesAdded"] = len(feed)
 

@@ -20,8 +20,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-# Names every engine skips when listing data files (Spark, Hive and Trino do the same).
-HIDDEN_PREFIXES = ("_", ".")
+
+def is_hidden(name: str) -> bool:
+    """Spark's rule for names a table listing skips: ``.x``, and ``_x`` unless it is a
+    partition folder (``_commit_version=3`` is data; ``_rowmerge_log`` is not)."""
+    return name.startswith(".") or (name.startswith("_") and "=" not in name)
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class Storage(ABC):
 
     @abstractmethod
     def list_data_files(self, root: str) -> list[FileInfo]:
-        """All visible files under ``root`` (recursive), skipping ``_``/``.`` names at any level."""
+        """All visible files under ``root`` (recursive), skipping hidden names at any level."""
 
     @abstractmethod
     def list_names(self, path: str) -> list[str]:
@@ -140,8 +143,7 @@ class HadoopStorage(Storage):
         stack = [jroot]
         while stack:
             for st in fs.listStatus(stack.pop()):
-                name = st.getPath().getName()
-                if name.startswith(HIDDEN_PREFIXES):
+                if is_hidden(str(st.getPath().getName())):
                     continue
                 if st.isDirectory():
                     stack.append(st.getPath())

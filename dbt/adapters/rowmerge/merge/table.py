@@ -56,30 +56,49 @@ class TargetTable:
         return spark.table(self.name)
 
 
-def describe_table(spark: SparkSession, name: str) -> dict[str, str]:
-    """The "Detailed Table Information" of ``DESCRIBE TABLE EXTENDED`` (raises AnalysisException)."""
+@dataclass(frozen=True)
+class Description:
+    """What ``DESCRIBE TABLE EXTENDED`` says: the detail fields and the partition columns."""
+
+    info: dict[str, str]
+    partition_columns: tuple[str, ...]
+
+
+def describe_table(spark: SparkSession, name: str) -> Description:
+    """One ``DESCRIBE TABLE EXTENDED`` (raises AnalysisException if there is no such table).
+
+    The partition columns come from its "# Partition Information" section, which saves the
+    much slower ``spark.catalog.listColumns``.
+    """
     rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
     info: dict[str, str] = {}
-    in_detail = False
+    partition_columns: list[str] = []
+    section = ""
     for r in rows:
         key = (r[0] or "").strip()
-        if key.startswith("# Detailed Table Information"):
-            in_detail = True
+        if key.startswith("#"):
+            section = key if key != "# col_name" else section
             continue
-        if in_detail and key:
+        if not key:
+            section = "" if section == "# Partition Information" else section
+            continue
+        if section == "# Partition Information":
+            partition_columns.append(str(r[0]))
+        elif section.startswith("# Detailed Table Information"):
             info[key] = (r[1] or "").strip()
-    return info
+    return Description(info, tuple(partition_columns))
 
 
 def load_target(spark: SparkSession, name: str) -> TargetTable:
     """Describe ``name``; raise UnsupportedTableError with the fix if it cannot be merged into."""
     try:
-        info = describe_table(spark, name)
+        described = describe_table(spark, name)
     except AnalysisException as exc:
         raise UnsupportedTableError(
             f"MERGE target {name} does not exist or cannot be read: {exc}. Create it first "
             "(dbt does this on the first run) or check the `target` name."
         ) from None
+    info = described.info
     table_type = info.get("Type", "").upper()
     if table_type == "VIEW":
         raise UnsupportedTableError(
@@ -106,8 +125,7 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
     location = info.get("Location")
     if not location:
         raise UnsupportedTableError(f"MERGE target {name} has no Location in the catalog.")
-    cols = spark.catalog.listColumns(name)
-    partition_columns = tuple(c.name for c in cols if c.isPartition)
+    partition_columns = described.partition_columns
     schema = spark.table(name).schema
     return TargetTable(
         name=name,

@@ -1,0 +1,69 @@
+"""Fixtures for the reliability suites, and the summary line of what they measured.
+
+Each trial records what it found with ``record_property("reliability", {...})``; at the end
+of the run (also under xdist, where properties travel with the reports) the counts are
+added up and printed: trials per suite, and rows lost / duplicated over all of them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from tests.reliability.harness import UPSERT, create_target, job, run_victim, victim_env, write_job
+
+# Extra JVM options of victim processes: C1 only and the serial collector start a small
+# local Spark noticeably faster; the merges they run are tiny.
+VICTIM_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+@pytest.fixture(scope="module")
+def rdb(spark: SparkSession) -> Iterator[str]:
+    """One database per reliability module (its trials use distinct table names)."""
+    name = "r_" + uuid.uuid4().hex[:10]
+    spark.sql(f"CREATE DATABASE {name}")
+    yield name
+    spark.sql(f"DROP DATABASE IF EXISTS {name} CASCADE")
+
+
+@pytest.fixture(scope="session")
+def java_opts(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """JVM options for victims, with a class-data sharing archive when the JVM can make one.
+
+    Dozens of victim JVMs start in a run; mapping the classes a merge loads from an archive
+    (written by one warm-up merge at its exit) halves each start. If the archive cannot be
+    made or used, the JVM simply starts without it.
+    """
+    folder = tmp_path_factory.mktemp("cds")
+    archive = folder / "victim.jsa"
+    db = "cds_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE {db}")
+    try:
+        table = create_target(spark, f"{db}.warmup", UPSERT)
+        proc = run_victim(
+            write_job(folder / "job.json", job(UPSERT, table, folder)),
+            victim_env(f"{VICTIM_JAVA_OPTS} -XX:ArchiveClassesAtExit={archive}"),
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    finally:
+        spark.sql(f"DROP DATABASE IF EXISTS {db} CASCADE")
+    return f"{VICTIM_JAVA_OPTS} -XX:SharedArchiveFile={archive}" if archive.exists() else VICTIM_JAVA_OPTS
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    totals: Counter[str] = Counter()
+    seen = False
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for key, value in getattr(report, "user_properties", []) or []:
+                if key == "reliability" and getattr(report, "when", "call") == "call":
+                    seen = True
+                    totals.update(value)
+    if seen:
+        parts = ", ".join(f"{k}={totals[k]}" for k in sorted(totals))
+        terminalreporter.write_line(f"reliability: {parts}")

@@ -1,0 +1,406 @@
+"""What the reliability suites share: merge shapes, expected states, victim processes, checks.
+
+A trial builds a fresh target (and its change table) in the test's Hive catalog, lets a
+victim process (tests/reliability/victim.py) merge into it and die, then recovers the table
+from the test process and compares what every reader sees — the catalog, and a plain read
+of the table's folder, as a Parquet reader without a metastore would do — with the states
+the same merge produces when nothing goes wrong: before the merge, or after it. Row lists are
+compared as sorted multisets, so a lost or a duplicated row fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from dbt.adapters.rowmerge.merge import recover, run_merge, start_history
+from dbt.adapters.rowmerge.merge.journal import Journal
+from dbt.adapters.rowmerge.merge.storage import HadoopStorage
+from dbt.adapters.rowmerge.merge.table import describe_table, register_partitions
+from tests.engine.helpers import create_table
+
+REPO = Path(__file__).resolve().parents[2]
+FAULT_EXIT = 137
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One merge: the target's files, the source rows and the clauses."""
+
+    name: str
+    ddl: str
+    files: list[list[tuple[Any, ...]]]
+    source_ddl: str
+    source_rows: list[tuple[Any, ...]]
+    clauses: list[dict[str, Any]]
+    partition_by: tuple[str, ...] = ()
+    on: str = "t.id = s.id"
+
+
+def _files(start: int, count: int, per_file: int, p: int | None = None) -> list[list[tuple[Any, ...]]]:
+    out = []
+    for f in range(count):
+        ids = range(start + f * per_file, start + (f + 1) * per_file)
+        out.append([(i, f"v{i}", i * 10) + ((p,) if p is not None else ()) for i in ids])
+    return out
+
+
+UPSERT = Shape(
+    name="upsert",
+    ddl="id bigint, v string, n int",
+    files=_files(1, 4, 5),
+    source_ddl="id bigint, v string, n int",
+    # 2 changes, 3 is unchanged (skipped), 17 changes, 30/31 are new.
+    source_rows=[(2, "two", 20), (3, "v3", 30), (17, "seventeen", 170), (30, "v30", 300), (31, "v31", 310)],
+    clauses=[
+        {"when": "matched", "action": "update", "set": "*"},
+        {"when": "not_matched", "action": "insert", "values": "*"},
+    ],
+)
+
+CDC = Shape(
+    name="cdc",
+    ddl="id bigint, v string, n int",
+    files=_files(1, 4, 5),
+    source_ddl="id bigint, v string, n int, op string",
+    source_rows=[
+        (1, "gone", 0, "D"),
+        (7, "seven", 77, "U"),
+        (8, "gone", 0, "D"),
+        (13, "thirteen", 130, "U"),
+        (40, "forty", 400, "I"),
+        (41, "never", 0, "D"),  # delete of an unknown row: nothing happens
+    ],
+    clauses=[
+        {"when": "matched", "condition": "s.op = 'D'", "action": "delete"},
+        {"when": "matched", "action": "update", "set": {"v": "s.v", "n": "s.n"}},
+        {"when": "not_matched", "condition": "s.op <> 'D'", "action": "insert", "values": "*"},
+    ],
+)
+
+NMBS_PARTITIONED = Shape(
+    name="nmbs_partitioned",
+    ddl="id bigint, v string, n int, p int",
+    files=_files(1, 2, 4, p=1) + _files(11, 2, 4, p=2) + _files(21, 1, 4, p=3),
+    source_ddl="id bigint, v string, n int, p int",
+    source_rows=[
+        (2, "two", 20, 1),  # update in place
+        (12, "twelve", 120, 3),  # update that moves the row from p=2 to p=3
+        (15, "v15", 150, 2),  # unchanged
+        (50, "fifty", 500, 4),  # insert into a new partition
+    ],
+    clauses=[
+        {"when": "matched", "action": "update", "set": "*"},
+        {"when": "not_matched", "action": "insert", "values": "*"},
+        # Every other row of p=2 is gone from the source: delete it.
+        {"when": "not_matched_by_source", "condition": "t.p = 2", "action": "delete"},
+    ],
+    partition_by=("p",),
+)
+
+SHAPES = {s.name: s for s in (UPSERT, CDC, NMBS_PARTITIONED)}
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    location: str
+    changes: str
+    changes_location: str
+    file_format: str = "parquet"
+
+
+def _location(spark: SparkSession, name: str) -> str:
+    return HadoopStorage(spark).qualify(describe_table(spark, name).info["Location"])
+
+
+def create_target(spark: SparkSession, name: str, shape: Shape) -> Table:
+    """The shape's target as dbt leaves it after a first run: version 0, empty change table."""
+    schema = shape.ddl.replace("bigint", "long")
+    create_table(spark, name, schema, shape.files, partition_by=shape.partition_by)
+    start_history(spark, name, "CREATE TABLE", f"{name}__changes")
+    return Table(name, _location(spark, name), f"{name}__changes", _location(spark, f"{name}__changes"))
+
+
+def spec(shape: Shape, table: Table, source: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "target": table.name,
+        "source": source,
+        "target_alias": "t",
+        "source_alias": "s",
+        "on": shape.on,
+        "clauses": shape.clauses,
+        "change_data_feed": {"table": table.changes},
+        **extra,
+    }
+
+
+def job(
+    shape: Shape, table: Table, root: Path, source_rows: list[Any] | None = None, **extra: Any
+) -> dict[str, Any]:
+    """What a victim needs to run the shape's merge against ``table``."""
+    feed_ddl = shape.ddl + ", _change_type string, _commit_timestamp timestamp, _commit_version bigint"
+    return {
+        "root": str(root),
+        "tables": [
+            {
+                "name": table.name,
+                "ddl": shape.ddl,
+                "format": table.file_format,
+                "partition_by": list(shape.partition_by),
+                "location": table.location,
+            },
+            {
+                "name": table.changes,
+                "ddl": feed_ddl,
+                "format": "parquet",
+                "partition_by": ["_commit_version"],
+                "location": table.changes_location,
+            },
+        ],
+        "source": {
+            "ddl": shape.source_ddl,
+            "rows": source_rows if source_rows is not None else shape.source_rows,
+        },
+        "spec": spec(shape, table, f"src_{table.name.split('.')[1]}", **extra),
+    }
+
+
+def _sorted(df: DataFrame) -> list[tuple[Any, ...]]:
+    return sorted((tuple(r) for r in df.collect()), key=lambda t: tuple((v is not None, str(v)) for v in t))
+
+
+@dataclass(frozen=True)
+class State:
+    """What the readers of a table see: through the catalog, and by reading its folder."""
+
+    rows: list[tuple[Any, ...]]
+    folder_rows: list[tuple[Any, ...]]
+    changes: list[tuple[Any, ...]]  # without _commit_timestamp
+    folder_changes: list[tuple[Any, ...]]
+
+    def consistent(self) -> bool:
+        return self.rows == self.folder_rows and self.changes == self.folder_changes
+
+
+def observe(spark: SparkSession, table: Table, shape: Shape) -> State:
+    spark.catalog.refreshTable(table.name)
+    spark.catalog.refreshTable(table.changes)
+    cols = [c.split()[0] for c in shape.ddl.split(",")]
+    folder = spark.read.format(table.file_format).load(table.location).select(*cols)
+    feed_cols = [*cols, "_change_type", "_commit_version"]
+    feed_files = HadoopStorage(spark).list_data_files(table.changes_location)
+    folder_feed = spark.read.parquet(table.changes_location).select(*feed_cols) if feed_files else None
+    return State(
+        rows=_sorted(spark.table(table.name).select(*cols)),
+        folder_rows=_sorted(folder),
+        changes=_sorted(spark.table(table.changes).select(*feed_cols)),
+        folder_changes=_sorted(folder_feed) if folder_feed is not None else [],
+    )
+
+
+@dataclass(frozen=True)
+class Expected:
+    pre: State
+    post: State
+
+
+def expected_states(spark: SparkSession, db: str, shape: Shape) -> Expected:
+    """Before and after the shape's merge, from an uninterrupted run on a twin table."""
+    twin = create_target(spark, f"{db}.ref_{shape.name}", shape)
+    pre = observe(spark, twin, shape)
+    spark.createDataFrame(shape.source_rows, shape.source_ddl).createOrReplaceTempView(
+        f"ref_src_{shape.name}"
+    )
+    run_merge(spark, spec(shape, twin, f"ref_src_{shape.name}"))
+    post = observe(spark, twin, shape)
+    assert pre.consistent() and post.consistent() and pre != post
+    return Expected(pre, post)
+
+
+@dataclass
+class Outcome:
+    """What a trial left behind, before and after the test process recovered the table."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    committed: bool  # a journal entry for the merge existed when the victim was gone
+    applied: bool  # ... and was fully applied
+    recovered: list[int] = field(default_factory=list)
+    state: State | None = None
+
+
+def journal_of(spark: SparkSession, table: Table) -> Journal:
+    return Journal(HadoopStorage(spark), table.location)
+
+
+def recover_and_observe(spark: SparkSession, table: Table, shape: Shape, outcome: Outcome) -> Outcome:
+    """Recover ``table`` (as the next merge would) and observe every reader's view."""
+    journal = journal_of(spark, table)
+    versions = journal.versions()
+    outcome.committed = versions[-1] >= 1
+    outcome.applied = outcome.committed and journal.storage.exists(journal.applied_path(versions[-1]))
+    if outcome.applied:
+        # The victim registered its new partitions in its own (in-memory) catalog; with a
+        # shared metastore they would be ours too, so mirror them before reading.
+        entry = journal.read_entry(versions[-1])
+        assert entry is not None
+        register_partitions(spark, table.name, entry["partitions"])
+        if entry.get("cdf"):
+            register_partitions(spark, table.changes, [entry["cdf"]["partition"]])
+    outcome.recovered = recover(spark, table.name, lock_timeout_s=60).rolled_forward
+    outcome.state = observe(spark, table, shape)
+    staging = table.location.removeprefix("file:") + "/_rowmerge_log/staging"
+    assert not os.path.isdir(staging) or os.listdir(staging) == [], "staging left after recovery"
+    return outcome
+
+
+def victim_command(mode: str, arg: str) -> list[str]:
+    return [sys.executable, "-m", "tests.reliability.victim", mode, arg]
+
+
+def victim_env(java_opts: str, **extra: str) -> dict[str, str]:
+    # Interpreted queries: compiling code for a handful of rows costs a cold JVM more.
+    env = dict(
+        os.environ,
+        ROWMERGE_VICTIM_JAVA_OPTS=java_opts,
+        ROWMERGE_VICTIM_INTERPRETED="1",
+        PYTHONUNBUFFERED="1",
+        **extra,
+    )
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def write_job(path: Path, data: dict[str, Any]) -> str:
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def run_victim(job_file: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        victim_command("once", job_file), cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start_victim(job_file: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A victim in its own process group, so one SIGKILL takes its JVM down with it."""
+    return subprocess.Popen(
+        victim_command("once", job_file),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def result_line(stdout: str) -> dict[str, Any] | None:
+    for line in stdout.splitlines():
+        if line.startswith(("RESULT ", "ERROR ")):
+            out: dict[str, Any] = json.loads(line.split(" ", 1)[1])
+            return out
+    return None
+
+
+def diff(actual: list[Any], expected: list[Any]) -> tuple[int, int]:
+    """(rows lost, rows duplicated or extra) of ``actual`` against ``expected``, as multisets."""
+    a, e = Counter(actual), Counter(expected)
+    return sum((e - a).values()), sum((a - e).values())
+
+
+def losses(state: State, want: State) -> tuple[int, int]:
+    """Rows lost and duplicated over every reader's view of the table and of its feed."""
+    lost = duplicated = 0
+    for got, exp in (
+        (state.rows, want.rows),
+        (state.folder_rows, want.rows),
+        (state.changes, want.changes),
+        (state.folder_changes, want.changes),
+    ):
+        lo, du = diff(got, exp)
+        lost, duplicated = lost + lo, duplicated + du
+    return lost, duplicated
+
+
+BEFORE_COMMIT = ("staged_data", "staged_cdf")
+
+
+def run_fault_injection(
+    spark: SparkSession, db: str, tmp_path: Path, java_opts: str, shape: Shape
+) -> dict[str, int]:
+    """Kill a victim after every step of the commit protocol in turn; check each recovery.
+
+    Returns the counts for the report: trials, and rows lost / duplicated (asserted 0).
+    """
+    expected = expected_states(spark, db, shape)
+
+    # The uninterrupted run: it must reach the post state, and it names every step.
+    table = create_target(spark, f"{db}.{shape.name}_trace", shape)
+    trace = tmp_path / "trace.txt"
+    proc = run_victim(
+        write_job(tmp_path / "trace.json", job(shape, table, tmp_path)),
+        victim_env(java_opts, ROWMERGE_FAULT_TRACE=str(trace)),
+    )
+    assert proc.returncode == 0 and (result_line(proc.stdout) or {}).get("ok"), proc.stderr[-3000:]
+    steps = trace.read_text().split()
+    moves = [s for s in steps if s.startswith("move_")]
+    deletes = [s for s in steps if s.startswith("delete_")]
+    assert steps == [*BEFORE_COMMIT, "entry", *moves, *deletes, "before_applied", "applied"], steps
+    assert len(moves) >= 2 and deletes, steps
+    clean = recover_and_observe(spark, table, shape, Outcome(0, proc.stdout, proc.stderr, False, False))
+    assert clean.state == expected.post
+
+    lost = duplicated = 0
+    tables = [create_target(spark, f"{db}.{shape.name}_0", shape)]
+    for i, step in enumerate(steps):
+        table = tables[i]
+        victim = subprocess.Popen(
+            victim_command("once", write_job(tmp_path / f"job_{i}.json", job(shape, table, tmp_path))),
+            cwd=REPO,
+            env=victim_env(java_opts, ROWMERGE_FAULT_AFTER=step),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if i + 1 < len(steps):  # build the next trial's table while this victim runs
+            tables.append(create_target(spark, f"{db}.{shape.name}_{i + 1}", shape))
+        stdout, stderr = victim.communicate(timeout=600)
+        assert victim.returncode == FAULT_EXIT, (step, victim.returncode, stderr[-3000:])
+        outcome = recover_and_observe(
+            spark, table, shape, Outcome(victim.returncode, stdout, stderr, False, False)
+        )
+        assert outcome.state is not None
+        want = expected.pre if step in BEFORE_COMMIT else expected.post
+        lo, du = losses(outcome.state, want)
+        lost, duplicated = lost + lo, duplicated + du
+        assert outcome.committed == (step not in BEFORE_COMMIT), step
+        which = "pre" if want is expected.pre else "post"
+        assert outcome.state == want, (
+            f"after a crash at step {step!r} the table is not the {which}-merge state"
+        )
+        assert outcome.recovered == ([] if step in (*BEFORE_COMMIT, "applied") else [1]), step
+    return {
+        "fault_trials": len(steps),
+        f"fault_trials_{shape.name}": len(steps),
+        "rows_lost": lost,
+        "rows_duplicated": duplicated,
+    }

@@ -1,0 +1,118 @@
+"""A merge process for the reliability tests: its own Spark, killed or racing on purpose.
+
+    python -m tests.reliability.victim once  JOB.json   # one merge, then exit (or die trying)
+    python -m tests.reliability.victim serve ROOT       # one merge per JSON line on stdin
+
+The process has its own in-memory catalog, into which it registers the test's tables by
+location under the same names the test uses (as a second engine sharing the files would),
+so the test process can recover and read them through its own Hive catalog afterwards.
+
+Protocol on stdout: ``MERGING`` right before ``run_merge`` starts (the kill test times its
+SIGKILL from it), then ``RESULT {json}`` or ``ERROR {json}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from dbt.adapters.rowmerge.merge import MergeError, run_merge
+
+# Set by the test: extra JVM options (class-data sharing archive, C1 only) to start faster.
+JAVA_OPTS_ENV = "ROWMERGE_VICTIM_JAVA_OPTS"
+# Set by the test: "1" runs queries interpreted; compiling code for a few rows once costs more.
+INTERPRETED_ENV = "ROWMERGE_VICTIM_INTERPRETED"
+
+
+def session(root: str) -> SparkSession:
+    builder = (
+        SparkSession.builder.master("local[1]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.ansi.enabled", "false")
+        .config("spark.sql.catalogImplementation", "in-memory")
+        .config("spark.sql.warehouse.dir", os.path.join(root, "victim-warehouse"))
+    )
+    if os.environ.get(INTERPRETED_ENV) == "1":
+        builder = (
+            builder.config("spark.sql.codegen.wholeStage", "false")
+            .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+            .config("spark.sql.adaptive.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "1")
+        )
+    opts = os.environ.get(JAVA_OPTS_ENV)
+    if opts:
+        builder = builder.config("spark.driver.extraJavaOptions", opts)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def register(spark: SparkSession, tables: list[dict[str, Any]]) -> None:
+    """Register each table by location (dropping an earlier registration of the name)."""
+    for t in tables:
+        db = t["name"].split(".")[0]
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+        spark.sql(f"DROP TABLE IF EXISTS {t['name']}")
+        parts = f" PARTITIONED BY ({', '.join(t['partition_by'])})" if t["partition_by"] else ""
+        spark.sql(
+            f"CREATE TABLE {t['name']} ({t['ddl']}) USING {t['format']}{parts} LOCATION '{t['location']}'"
+        )
+        if t["partition_by"]:
+            spark.sql(f"ALTER TABLE {t['name']} RECOVER PARTITIONS")
+
+
+def source(spark: SparkSession, job: dict[str, Any]) -> None:
+    rows = [tuple(r) for r in job["source"]["rows"]]
+    spark.createDataFrame(rows, job["source"]["ddl"]).createOrReplaceTempView(job["spec"]["source"])
+
+
+def merge(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
+    register(spark, job["tables"])
+    source(spark, job)
+    time.sleep(job.get("jitter_s", 0.0))
+    print("MERGING", flush=True)
+    started = time.monotonic()
+    try:
+        result = run_merge(spark, job["spec"])
+    except MergeError as exc:
+        return {"ok": False, "error": type(exc).__name__, "message": str(exc)}
+    return {
+        "ok": True,
+        "version": result.version,
+        "metrics": result.metrics,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def main(argv: list[str]) -> int:
+    mode, arg = argv[1], argv[2]
+    if mode == "once":
+        with open(arg, encoding="utf-8") as fh:
+            job = json.load(fh)
+        spark = session(job["root"])
+        out = merge(spark, job)
+        print(("RESULT " if out["ok"] else "ERROR ") + json.dumps(out), flush=True)
+        return 0
+    spark = session(arg)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        job = json.loads(line)
+        if job.get("jitter_s") is None:
+            job["jitter_s"] = random.random() * 0.2
+        out = merge(spark, job)
+        print(("RESULT " if out["ok"] else "ERROR ") + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
