@@ -247,15 +247,16 @@ def journal_of(spark: SparkSession, table: Table) -> Journal:
 def recover_and_observe(spark: SparkSession, table: Table, shape: Shape, outcome: Outcome) -> Outcome:
     """Recover ``table`` (as the next merge would) and observe every reader's view."""
     journal = journal_of(spark, table)
-    versions = journal.versions()
+    versions, applied = journal._listing()
     outcome.committed = versions[-1] >= 1
-    outcome.applied = outcome.committed and journal.storage.exists(journal.applied_path(versions[-1]))
-    if outcome.applied:
-        # The victim registered its new partitions in its own (in-memory) catalog; with a
-        # shared metastore they would be ours too, so mirror them before reading.
-        entry = journal.read_entry(versions[-1])
+    outcome.applied = outcome.committed and versions[-1] in applied
+    # Victims register the partitions they create in their own (in-memory) catalogs; with a
+    # shared metastore those would be ours too, so mirror what they applied before reading.
+    # (What they did not apply, recovery must register by itself.)
+    for v in sorted(applied - {0}):
+        entry = journal.read_entry(v)
         assert entry is not None
-        register_partitions(spark, table.name, entry["partitions"])
+        register_partitions(spark, table.name, entry.get("partitions", []))
         if entry.get("cdf"):
             register_partitions(spark, table.changes, [entry["cdf"]["partition"]])
     outcome.recovered = recover(spark, table.name, lock_timeout_s=60).rolled_forward
@@ -294,16 +295,20 @@ def run_victim(job_file: str, env: dict[str, str], timeout: float = 600) -> subp
 
 
 def start_victim(job_file: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """A victim in its own process group, so one SIGKILL takes its JVM down with it."""
-    return subprocess.Popen(
-        victim_command("once", job_file),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    """A victim in its own process group, so one SIGKILL takes its JVM down with it.
+
+    Its stderr goes to ``<job_file>.err`` (a pipe nobody drains could fill and block it).
+    """
+    with open(job_file + ".err", "w") as err:
+        return subprocess.Popen(
+            victim_command("once", job_file),
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
 
 
 def kill_group(proc: subprocess.Popen[str]) -> None:

@@ -81,16 +81,23 @@ def merge(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
     source(spark, job)
     time.sleep(job.get("jitter_s", 0.0))
     print("MERGING", flush=True)
-    started = time.monotonic()
+    started = time.time()
     try:
         result = run_merge(spark, job["spec"])
     except MergeError as exc:
-        return {"ok": False, "error": type(exc).__name__, "message": str(exc)}
+        return {
+            "ok": False,
+            "error": type(exc).__name__,
+            "message": str(exc),
+            "started": started,
+            "ended": time.time(),
+        }
     return {
         "ok": True,
         "version": result.version,
         "metrics": result.metrics,
-        "seconds": time.monotonic() - started,
+        "started": started,
+        "ended": time.time(),
     }
 
 
