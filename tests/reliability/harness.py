@@ -247,7 +247,7 @@ def journal_of(spark: SparkSession, table: Table) -> Journal:
 def recover_and_observe(spark: SparkSession, table: Table, shape: Shape, outcome: Outcome) -> Outcome:
     """Recover ``table`` (as the next merge would) and observe every reader's view."""
     journal = journal_of(spark, table)
-    versions, applied = journal._listing()
+    versions, applied = journal.listing()
     outcome.committed = versions[-1] >= 1
     outcome.applied = outcome.committed and versions[-1] in applied
     # Victims register the partitions they create in their own (in-memory) catalogs; with a

@@ -140,7 +140,7 @@ class Journal:
         return f"{self.location}/{rel}"
 
     # -- reading ----------------------------------------------------------------------------
-    def _listing(self) -> tuple[list[int], set[int]]:
+    def listing(self) -> tuple[list[int], set[int]]:
         """(entry versions, applied versions) from one listing of the log folder."""
         entries, applied = [], set()
         for n in self.storage.list_names(self.log_dir):
@@ -154,7 +154,7 @@ class Journal:
         return sorted(entries), applied
 
     def versions(self) -> list[int]:
-        return self._listing()[0]
+        return self.listing()[0]
 
     def current_version(self) -> int:
         """The newest committed version (0 for a table without a journal: the table as found)."""
@@ -271,7 +271,7 @@ class Journal:
     def recover(self, spark: SparkSession, table: str) -> Recovery:
         """Roll unapplied entries forward, incomplete entries and orphan staging back (hold the lock)."""
         done = Recovery()
-        versions, applied = self._listing()
+        versions, applied = self.listing()
         for v in versions:
             if v in applied:
                 continue
@@ -301,7 +301,7 @@ class Journal:
     # -- history ----------------------------------------------------------------------------
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         out = []
-        versions, applied = self._listing()
+        versions, applied = self.listing()
         for v in reversed(versions):
             e = self.read_entry(v)
             if e is None:
