@@ -122,7 +122,7 @@ def test_journal_history_rows_and_limit(spark, db, t):
     assert [h["version"] for h in history(spark, t, limit=2)] == [2, 1]
 
 
-@pytest.mark.parametrize("step", ["entry", "move_0", "delete_0", "before_applied", "applied"])
+@pytest.mark.parametrize("step", ["entry", "move_0", "registered", "delete_0", "before_applied", "applied"])
 def test_journal_crash_after_commit_point_rolls_forward(spark, db, monkeypatch, t, step):
     src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (9, "z")])
     crash_after(monkeypatch, step)

@@ -369,7 +369,9 @@ def run_fault_injection(
     steps = trace.read_text().split()
     moves = [s for s in steps if s.startswith("move_")]
     deletes = [s for s in steps if s.startswith("delete_")]
-    assert steps == [*BEFORE_COMMIT, "entry", *moves, *deletes, "before_applied", "applied"], steps
+    assert steps == [*BEFORE_COMMIT, "entry", *moves, "registered", *deletes, "before_applied", "applied"], (
+        steps
+    )
     assert len(moves) >= 2 and deletes, steps
     clean = recover_and_observe(spark, table, shape, Outcome(0, proc.stdout, proc.stderr, False, False))
     assert clean.state == expected.post

@@ -11,10 +11,12 @@ Layout (``_``-prefixed, so Spark, Hive, Trino and DuckDB never read it as data):
 Version 0 describes the table as dbt created it (or as the first merge found it). A merge
 plans version ``read + 1`` while holding the lock and creates exactly that entry, so a writer
 that lost its lock cannot commit over a newer version. After the commit point every step is
-idempotent (add columns if absent, move a staged file if still staged, delete a removed file
-if still there, add partitions if absent), so ``recover`` replays an unapplied entry any
-number of times; staging without an entry is rolled back. An entry that cannot be parsed was
-being created when its writer died: its commit never completed, so it is rolled back too.
+idempotent and they run in an order that never hides a row from readers: add columns if
+absent, move each staged file into place if still staged, add new partitions if absent,
+then delete each replaced file if still there, then mark the entry applied. ``recover``
+replays an unapplied entry any number of times; staging without an entry is rolled back.
+An entry that cannot be parsed was being created when its writer died: its commit never
+completed, so it is rolled back too.
 """
 
 from __future__ import annotations
@@ -253,12 +255,15 @@ class Journal:
         for i, f in enumerate(moves):
             self.storage.rename(f["staged"], f["path"])
             fault_point(f"move_{i}")
-        for i, f in enumerate(entry["removed"]):
-            self.storage.delete(f["path"])
-            fault_point(f"delete_{i}")
+        # New partitions become visible before any replaced file goes away, so a reader of
+        # the catalog sees every row throughout (old and new versions side by side at worst).
         register_partitions(spark, table, entry.get("partitions", []))
         if cdf:
             register_partitions(spark, cdf["table"], [cdf["partition"]])
+        fault_point("registered")
+        for i, f in enumerate(entry["removed"]):
+            self.storage.delete(f["path"])
+            fault_point(f"delete_{i}")
         fault_point("before_applied")
         self.storage.create_if_absent(self.applied_path(int(entry["version"])), "")
         fault_point("applied")
