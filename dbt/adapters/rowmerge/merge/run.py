@@ -92,11 +92,9 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
             # Described only now: a writer we waited for may have changed the schema.
             target = load_target(spark, parsed.target)
             spark.catalog.refreshTable(target.name)
-            read_version = journal.current_version()
+            versions = journal.versions()
             snapshot = journal.snapshot()
-            initial = (
-                None if journal.versions() else _initial_entry(spark, target, journal, "CONVERT", snapshot)
-            )
+            initial = None if versions else _initial_entry(spark, target, journal, "CONVERT", snapshot)
 
             raw_source = read_source(spark, parsed.source)
             plan = build_plan(parsed, target, raw_source, target.read(spark))
@@ -106,7 +104,7 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
             with timed(metrics, "materializeSourceTimeMs"):
                 source = materialize(spark, plan, raw_source)
             metrics["numSourceRows"] = source.num_rows
-            commit = Commit(read_version + 1, snapshot, changes, initial)
+            commit = Commit((versions[-1] if versions else 0) + 1, snapshot, changes, initial)
             try:
                 version = _merge(spark, plan, source, journal, lock, commit, metrics)
             except Exception as exc:
