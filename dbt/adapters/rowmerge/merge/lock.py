@@ -314,12 +314,15 @@ class TableLock:
 
     def _timeout_error(self, lease: Lease | None) -> ConcurrentMergeError:
         holder = lease.owner.describe() if lease and lease.owner else "an unknown writer"
-        left = max(0, round(lease.expires_at - time.time())) if lease else 0
+        if lease and lease.owner and lease.owner.on_this_machine():
+            state = "a process that is still running on this machine"
+        else:
+            left = max(0, round(lease.expires_at - time.time())) if lease else 0
+            state = f"its lease runs {left} s more unless renewed"
         path = self._file(lease.generation, LEASE_SUFFIX) if lease else self.dir
         return ConcurrentMergeError(
             f"{self.owner.operation} on {self.table} gave up after waiting {self.timeout_s:g} s "
-            f"(lock_timeout_s) for the table's lock, held by {holder} (lease renewed until "
-            f"{left} s from now). Run the model again once that writer has finished, or raise "
-            f"lock_timeout_s. If that process no longer runs and the lease never expires, "
-            f"delete {path}."
+            f"(lock_timeout_s) for the table's lock, held by {holder} ({state}). Run the model "
+            "again once that writer has finished, or raise lock_timeout_s. If that process no "
+            f"longer runs and the lease never expires, delete {path}."
         )
