@@ -8,8 +8,10 @@ other's tables. The session is the same one dbt's ``method: session`` cursor pic
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -50,3 +52,23 @@ def spark(spark_root: Path) -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Add up what the reliability suites recorded (``record_property("reliability", {...})``).
+
+    Defined here, not in tests/reliability: under xdist the controller process loads only
+    this conftest, and properties travel to it with the test reports.
+    """
+    totals: Counter[str] = Counter()
+    seen = False
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for key, value in getattr(report, "user_properties", None) or []:
+                if key == "reliability":
+                    seen = True
+                    totals.update(value)
+    if seen:
+        terminalreporter.write_line("reliability: " + ", ".join(f"{k}={totals[k]}" for k in sorted(totals)))

@@ -8,6 +8,7 @@ also check every merge's metrics against what the seeds imply.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,9 +91,30 @@ def test_demo_succeeds(demo: tuple[subprocess.CompletedProcess[str], Path]) -> N
     summary = json.loads((work_dir / "demo_summary.json").read_text())
     assert summary["ok"] is True
     assert [b["batch"] for b in summary["batches"]] == [0, 1, 2]
-    for batch in summary["batches"]:
-        assert batch["exit_codes"] == {"seed": 0, "run": 0, "test": 0}
+    assert [b["exit_codes"] for b in summary["batches"]] == [
+        {"seed": 0, "run": 0, "test": 0},
+        {"run": 0, "test": 0},
+        {"run": 0, "test": 0},
+    ]
     assert "total " in proc.stdout and "; OK" in proc.stdout
+
+
+@pytest.mark.slow
+def test_history_of_the_change_feed_model(demo: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, work_dir = demo
+    assert proc.returncode == 0, proc.stdout[-20000:]
+    history = json.loads((work_dir / "demo_summary.json").read_text())["history"]
+    assert history[0] == (
+        "version | timestamp | operation | inserted | updated | deleted | files added | files removed"
+    )
+    # version | time | operation | inserted | updated | deleted (EXPECTED_MERGES) | files
+    rows = [[part.strip() for part in line.split("|")] for line in history[1:]]
+    assert [(r[0], r[2], r[3], r[4], r[5]) for r in rows] == [
+        ("2", "MERGE", "3", "1", "1"),
+        ("1", "MERGE", "1", "2", "1"),
+        ("0", "CREATE TABLE", "5", "0", "0"),
+    ]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", r[1]) for r in rows)
 
 
 @pytest.mark.slow

@@ -1,16 +1,9 @@
-"""Fixtures for the reliability suites, and the summary line of what they measured.
-
-Each trial records what it found with ``record_property("reliability", {...})``; at the end
-of the run (also under xdist, where properties travel with the reports) the counts are
-added up and printed: trials per suite, and rows lost / duplicated over all of them.
-"""
+"""Fixtures for the reliability suites (tests/conftest.py prints the summary of what they measured)."""
 
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -53,17 +46,3 @@ def java_opts(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
     finally:
         spark.sql(f"DROP DATABASE IF EXISTS {db} CASCADE")
     return f"{VICTIM_JAVA_OPTS} -XX:SharedArchiveFile={archive}" if archive.exists() else VICTIM_JAVA_OPTS
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    totals: Counter[str] = Counter()
-    seen = False
-    for reports in terminalreporter.stats.values():
-        for report in reports:
-            for key, value in getattr(report, "user_properties", []) or []:
-                if key == "reliability" and getattr(report, "when", "call") == "call":
-                    seen = True
-                    totals.update(value)
-    if seen:
-        parts = ", ".join(f"{k}={totals[k]}" for k in sorted(totals))
-        terminalreporter.write_line(f"reliability: {parts}")

@@ -36,8 +36,8 @@ from tests.reliability.harness import (
     victim_env,
 )
 
-WAITING_ROUNDS = 10  # lock_timeout_s large: both merges must succeed
-IMPATIENT_ROUNDS = 4  # lock_timeout_s 0: the later one may fail with the lock error
+WAITING_ROUNDS = 8  # lock_timeout_s large: both merges must succeed
+IMPATIENT_ROUNDS = 2  # lock_timeout_s 0: the later one may fail with the lock error
 
 RACE = Shape(
     name="race",
@@ -118,15 +118,19 @@ def test_two_processes_merging_at_once_serialize(spark, rdb, tmp_path: Path, wor
     assert len({repr(s) for s in expected.values()}) == 4  # every order gives another table
     counts = {"concurrent_trials": 0, "concurrent_overlapping": 0, "concurrent_lock_errors": 0}
     lost = duplicated = 0
-    for r in range(WAITING_ROUNDS + IMPATIENT_ROUNDS):
+    rounds = WAITING_ROUNDS + IMPATIENT_ROUNDS
+    tables = [create_target(spark, f"{rdb}.race_0", RACE)]
+    for r in range(rounds):
         timeout = 120 if r < WAITING_ROUNDS else 0
-        table = create_target(spark, f"{rdb}.race_{r}", RACE)
+        table = tables[r]
         # Alternate which process gets which merge.
         assigned = {"A": workers[r % 2], "B": workers[(r + 1) % 2]}
         for name, worker in assigned.items():
             data = job(RACE, table, tmp_path, source_rows=SOURCES[name], lock_timeout_s=timeout)
             data["spec"]["source"] = f"src_{name}"
             worker.send(data)
+        if r + 1 < rounds:  # the next round's table, built while the two merges run
+            tables.append(create_target(spark, f"{rdb}.race_{r + 1}", RACE))
         results = {name: worker.result() for name, worker in assigned.items()}
         outcome = recover_and_observe(spark, table, RACE, Outcome(0, "", "", False, False))
         assert outcome.state is not None

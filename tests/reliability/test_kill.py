@@ -41,7 +41,7 @@ from tests.reliability.harness import (
     write_job,
 )
 
-TRIALS = 24
+TRIALS = 20
 STEP_DELAY_S = 0.25
 # From the end of data staging: change-feed staging (about 1 s), then 13-15 commit steps with
 # the pause (about 3.5 s), then margin, so the last kills come after the merge finished.
