@@ -102,3 +102,28 @@ def ok(results: dict[str, Any], name: str) -> Any:
     r = results[name]
     assert r.status == "success", f"{name}: {r.status}: {r.message}"
     return r
+
+
+# -- bad-config models: the same model with a good config and, under var `bad`, a bad one ----
+PREFIX = "Invalid row_level_merge config for {rel}: "
+GOOD_ROWS = [(1, "a"), (2, "b")]
+
+
+def bad_model(bad: str, good: str = "unique_key='id'") -> str:
+    """Good config (var `bad` false) writes GOOD_ROWS; bad config (var `bad` true) must fail."""
+    base = "materialized='incremental', incremental_strategy='row_level_merge', "
+    return (
+        "{% if var('bad', false) %}\n"
+        + "{{ config("
+        + base
+        + bad
+        + ") }}\n"
+        + values("id, name", "(2, 'B')", "(3, 'c')")
+        + "\n{% else %}\n"
+        + "{{ config("
+        + base
+        + good
+        + ") }}\n"
+        + values("id, name", "(1, 'a')", "(2, 'b')")
+        + "\n{% endif %}\n"
+    )

@@ -13,30 +13,9 @@ from __future__ import annotations
 import pytest
 from dbt.tests.util import run_dbt
 
-from tests.functional.helpers import by_name, column_names, rows, table_exists, values
+from tests.functional.helpers import GOOD_ROWS, PREFIX, bad_model, by_name, column_names, rows, table_exists
 
 S = "DBT_INTERNAL_SOURCE"
-PREFIX = "Invalid row_level_merge config for {rel}: "
-GOOD_ROWS = [(1, "a"), (2, "b")]
-
-
-def bad_model(bad: str, good: str = "unique_key='id'") -> str:
-    base = "materialized='incremental', incremental_strategy='row_level_merge', "
-    return (
-        "{% if var('bad', false) %}\n"
-        + "{{ config("
-        + base
-        + bad
-        + ") }}\n"
-        + values("id, name", "(2, 'B')", "(3, 'c')")
-        + "\n{% else %}\n"
-        + "{{ config("
-        + base
-        + good
-        + ") }}\n"
-        + values("id, name", "(1, 'a')", "(2, 'b')")
-        + "\n{% endif %}\n"
-    )
 
 
 # name -> (bad config, expected message; {rel} is the model's relation, {prefix} the

@@ -22,6 +22,9 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from tests.functional.helpers import (
+    GOOD_ROWS,
+    PREFIX,
+    bad_model,
     by_name,
     column_names,
     counts,
@@ -37,7 +40,6 @@ from tests.functional.helpers import (
 )
 
 S = "DBT_INTERNAL_SOURCE"
-PREFIX = "Invalid row_level_merge config for {rel}: "
 HEADER = "version | timestamp | operation | inserted | updated | deleted | files added | files removed"
 # The journal's timestamps: ISO 8601, milliseconds, UTC.
 ISO_UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00"
@@ -422,27 +424,7 @@ class TestChangeFeedAndHistory:
 
 
 # -- 7. bad config ---------------------------------------------------------------------------------
-def bad_model(bad: str, good: str) -> str:
-    """Good config (var `bad` false) and bad config (var `bad` true), as in test_bad_config."""
-    base = "materialized='incremental', incremental_strategy='row_level_merge', "
-    return (
-        "{% if var('bad', false) %}\n"
-        + "{{ config("
-        + base
-        + bad
-        + ") }}\n"
-        + values("id, name", "(2, 'B')", "(3, 'c')")
-        + "\n{% else %}\n"
-        + "{{ config("
-        + base
-        + good
-        + ") }}\n"
-        + values("id, name", "(1, 'a')", "(2, 'b')")
-        + "\n{% endif %}\n"
-    )
 
-
-GOOD_ROWS = [(1, "a"), (2, "b")]
 
 # name -> (bad config, good config, expected message; {prefix} is
 # "Invalid row_level_merge config for <relation>: ")

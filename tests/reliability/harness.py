@@ -16,10 +16,12 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from dbt.adapters.rowmerge.merge import recover, run_merge, start_history
@@ -410,3 +412,16 @@ def run_fault_injection(
         "rows_lost": lost,
         "rows_duplicated": duplicated,
     }
+
+
+def fault_injection_test(shape_name: str) -> Callable[..., None]:
+    """The test of one shape; each shape's test sits in its own module so xdist runs them side by side."""
+
+    @pytest.mark.slow
+    def test(spark: SparkSession, rdb: str, tmp_path: Path, java_opts: str, record_property: Any) -> None:
+        counts = run_fault_injection(spark, rdb, tmp_path, java_opts, SHAPES[shape_name])
+        record_property("reliability", counts)
+        assert (counts["rows_lost"], counts["rows_duplicated"]) == (0, 0)
+
+    test.__name__ = f"test_fault_injection_{shape_name}_every_commit_step"
+    return test

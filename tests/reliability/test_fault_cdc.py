@@ -5,17 +5,6 @@ commit protocol in turn (ROWMERGE_FAULT_AFTER); after recovery every reader sees
 the pre-merge state (death before the commit point) or exactly the post-merge state.
 """
 
-from __future__ import annotations
+from tests.reliability.harness import fault_injection_test
 
-from pathlib import Path
-
-import pytest
-
-from tests.reliability.harness import SHAPES, run_fault_injection
-
-
-@pytest.mark.slow
-def test_fault_injection_cdc_every_commit_step(spark, rdb, tmp_path: Path, java_opts, record_property):
-    counts = run_fault_injection(spark, rdb, tmp_path, java_opts, SHAPES["cdc"])
-    record_property("reliability", counts)
-    assert (counts["rows_lost"], counts["rows_duplicated"]) == (0, 0)
+test_fault_injection_cdc_every_commit_step = fault_injection_test("cdc")

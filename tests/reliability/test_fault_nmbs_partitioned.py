@@ -1,25 +1,11 @@
-"""Kill the merge right after each commit step: not-matched-by-source delete, partitioned.
-
-Rows move between partitions and the merge creates a partition.
+"""Kill the merge right after each commit step: not-matched-by-source delete, partitioned;
+rows move between partitions and the merge creates a partition.
 
 See harness.run_fault_injection: a victim process dies with os._exit after each step of the
 commit protocol in turn (ROWMERGE_FAULT_AFTER); after recovery every reader sees exactly
 the pre-merge state (death before the commit point) or exactly the post-merge state.
 """
 
-from __future__ import annotations
+from tests.reliability.harness import fault_injection_test
 
-from pathlib import Path
-
-import pytest
-
-from tests.reliability.harness import SHAPES, run_fault_injection
-
-
-@pytest.mark.slow
-def test_fault_injection_nmbs_partitioned_every_commit_step(
-    spark, rdb, tmp_path: Path, java_opts, record_property
-):
-    counts = run_fault_injection(spark, rdb, tmp_path, java_opts, SHAPES["nmbs_partitioned"])
-    record_property("reliability", counts)
-    assert (counts["rows_lost"], counts["rows_duplicated"]) == (0, 0)
+test_fault_injection_nmbs_partitioned_every_commit_step = fault_injection_test("nmbs_partitioned")
