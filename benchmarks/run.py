@@ -7,7 +7,7 @@ row, and records wall time, bytes written and files rewritten. Results go to
 ``benchmarks/results/`` as JSON, a markdown table and a PNG chart; figures are ratios against the
 baseline measured in the same run.
 
-    python benchmarks/run.py [--rows 2000000] [--files 64] [--scenarios a,b]
+    python benchmarks/run.py [--rows 5000000] [--files 64] [--scenarios a,b]
 """
 
 from __future__ import annotations
@@ -347,7 +347,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--files", type=int, default=64)
     parser.add_argument("--scenarios", default=",".join(s.name for s in SCENARIOS))
     args = parser.parse_args()

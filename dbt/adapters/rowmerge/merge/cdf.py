@@ -202,4 +202,4 @@ def write_change_feed(
         F.timestamp_micros(F.lit(micros)).alias(COMMIT_TIMESTAMP),
     )
     out.write.format("parquet").save(staging)
-    return staged_files(spark, "parquet", staging, storage)[0]
+    return staged_files("parquet", staging, storage)[0]

@@ -11,7 +11,7 @@ the commit's staging folder, partitioned like the table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import reduce
 
@@ -22,7 +22,6 @@ from .plan import FILE, NO_ACTION, ROW, SRC_ID, MergePlan
 from .scan import ScanResult, target_frame
 from .source import MaterializedSource
 from .storage import Storage
-from .table import count_rows
 
 # Inserts into an unpartitioned table go into files of about this many rows.
 ROWS_PER_INSERT_FILE = 1_000_000
@@ -142,8 +141,8 @@ def write_changes(
     if pcols:
         writer = writer.partitionBy(*pcols)
     writer.save(staging)
-    removed = [storage.from_spark_path(p) for p in touched]
-    return staged_files(spark, plan.target.file_format, staging, storage, removed)
+    removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
+    return staged_files(plan.target.file_format, staging, storage, removed)
 
 
 def files_for(rows: int) -> int:
@@ -152,15 +151,16 @@ def files_for(rows: int) -> int:
 
 
 def staged_files(
-    spark: SparkSession, file_format: str, staging: str, storage: Storage, removed: Sequence[str] = ()
+    file_format: str, staging: str, storage: Storage, removed: Mapping[str, int] | None = None
 ) -> tuple[list[StagedFile], dict[str, int]]:
-    """List what a write produced with row counts; drop empty files.
+    """List what a write produced with row counts (from footers); drop empty files.
 
-    The rows of the ``removed`` files (the touched files the commit replaces) are counted in
-    the same footer-only job, for the journal.
+    The rows of the ``removed`` files (path -> size: the touched files the commit replaces)
+    are counted too, for the journal.
     """
+    removed = removed or {}
     listed = storage.list_data_files(staging)
-    counts = count_rows(spark, file_format, [f.path for f in listed] + list(removed), storage)
+    counts = storage.count_rows({**{f.path: f.size for f in listed}, **removed}, file_format)
     out = []
     for f in listed:
         path = storage.qualify(f.path)

@@ -298,7 +298,7 @@ def _initial_entry(
     snapshot: Mapping[str, FileInfo],
 ) -> dict[str, Any]:
     """Version 0: the table's files as dbt created them (or as the first merge found them)."""
-    files = table_files(spark, target, journal.storage, snapshot)
+    files = table_files(target, journal.storage, snapshot)
     return {
         "format": ENTRY_FORMAT,
         "version": 0,

@@ -15,10 +15,14 @@ from __future__ import annotations
 import os
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
+
+FOOTER_THREADS = 8  # concurrent footer reads (they wait on I/O, mostly on object stores)
 
 
 def is_hidden(name: str) -> bool:
@@ -76,6 +80,11 @@ class Storage(ABC):
     @abstractmethod
     def read_text(self, path: str) -> str:
         """The whole content of a small file."""
+
+    @abstractmethod
+    def count_rows(self, sizes: Mapping[str, int], file_format: str) -> dict[str, int]:
+        """Rows in each Parquet/ORC file of ``sizes`` (path -> bytes), by qualified path, from
+        footers; a file of 0 bytes holds no rows."""
 
     def exists(self, path: str) -> bool:
         return self.status(path) is not None
@@ -220,6 +229,43 @@ class HadoopStorage(Storage):
             return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
             stream.close()
+
+    def count_rows(self, sizes: Mapping[str, int], file_format: str) -> dict[str, int]:
+        """Each file's row count from its footer, read by the JVM's Parquet/ORC readers.
+
+        Only footers are read (a few KB per file), never data, so counting the files a merge
+        replaces costs milliseconds however large they are. Footers of remote files are
+        fetched a few at a time; py4j gives each Python thread its own connection.
+        """
+        if file_format not in ("parquet", "orc"):
+            raise ValueError(f"cannot count rows of {file_format!r} files")
+        footer = self._parquet_rows if file_format == "parquet" else self._orc_rows
+        rows = {self.qualify(p): 0 for p, size in sizes.items() if size == 0}
+        todo = sorted({self.qualify(p) for p, size in sizes.items() if size != 0})
+        if len(todo) <= FOOTER_THREADS:
+            rows.update((p, footer(p)) for p in todo)
+        else:
+            with ThreadPoolExecutor(FOOTER_THREADS) as pool:
+                rows.update(zip(todo, pool.map(footer, todo), strict=True))
+        return rows
+
+    def _parquet_rows(self, path: str) -> int:
+        jvm = self._jvm
+        source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(self._path(path), self._conf)
+        reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
+        try:
+            return int(reader.getRecordCount())
+        finally:
+            reader.close()
+
+    def _orc_rows(self, path: str) -> int:
+        jvm = self._jvm
+        options = jvm.org.apache.orc.OrcFile.readerOptions(self._conf)
+        reader = jvm.org.apache.orc.OrcFile.createReader(self._path(path), options)
+        try:
+            return int(reader.getNumberOfRows())
+        finally:
+            reader.close()
 
 
 def _create_local_if_absent(path: str, text: str) -> bool:

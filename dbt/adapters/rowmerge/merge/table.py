@@ -7,13 +7,12 @@ and Hive-serde tables stored as Parquet/ORC.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
@@ -22,7 +21,6 @@ from .storage import FileInfo, Storage
 
 SUPPORTED_FORMATS = ("parquet", "orc")
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-COUNT_PROBE = "__rowmerge_count"  # a column no data file has (reserved prefix)
 LAKEHOUSE_FORMATS = ("delta", "iceberg", "hudi")
 
 
@@ -136,32 +134,9 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
     )
 
 
-def count_rows(
-    spark: SparkSession, file_format: str, paths: Sequence[str], storage: Storage
-) -> dict[str, int]:
-    """Rows in each file of ``paths`` (qualified path -> rows), from one job over their footers.
-
-    The files are read with one column that none of them has, so no data is decoded.
-    """
-    if not paths:
-        return {}
-    counted = (
-        spark.read.format(file_format)
-        .schema(f"`{COUNT_PROBE}` int")
-        .load(list(paths))
-        .groupBy(F.col("_metadata.file_path").alias("p"))
-        .count()
-        .collect()
-    )
-    rows = {storage.from_spark_path(r["p"]): int(r["count"]) for r in counted}
-    return {storage.qualify(p): rows.get(storage.qualify(p), 0) for p in paths}
-
-
-def table_files(
-    spark: SparkSession, target: TargetTable, storage: Storage, files: Mapping[str, FileInfo]
-) -> list[dict[str, Any]]:
+def table_files(target: TargetTable, storage: Storage, files: Mapping[str, FileInfo]) -> list[dict[str, Any]]:
     """Path, size and row count of every file in ``files`` (qualified path -> FileInfo)."""
-    rows = count_rows(spark, target.file_format, sorted(files), storage)
+    rows = storage.count_rows({path: info.size for path, info in files.items()}, target.file_format)
     return [{"path": path, "size": info.size, "rows": rows[path]} for path, info in sorted(files.items())]
 
 

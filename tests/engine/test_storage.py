@@ -1,0 +1,57 @@
+"""HadoopStorage against real files: row counts from Parquet and ORC footers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from dbt.adapters.rowmerge.merge import storage as storage_module
+from dbt.adapters.rowmerge.merge.storage import HadoopStorage
+
+
+def _write(
+    spark: SparkSession, folder: Path, fmt: str, rows_per_file: list[int]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """One file per entry of ``rows_per_file``: (qualified path -> size, path -> rows)."""
+    st = HadoopStorage(spark)
+    sizes: dict[str, int] = {}
+    rows: dict[str, int] = {}
+    for i, n in enumerate(rows_per_file):
+        out = folder / f"f{i}"
+        df = spark.range(n).selectExpr("id", "cast(id as string) as v").coalesce(1)
+        df.write.format(fmt).save(str(out))
+        (info,) = st.list_data_files(str(out))
+        sizes[info.path], rows[info.path] = info.size, n
+    return sizes, rows
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "orc"])
+def test_count_rows_reads_each_footer(spark: SparkSession, tmp_path: Path, fmt: str) -> None:
+    sizes, rows = _write(spark, tmp_path, fmt, [0, 1, 7, 2500])
+    assert HadoopStorage(spark).count_rows(sizes, fmt) == rows
+
+
+def test_count_rows_many_files_in_parallel_and_unqualified_paths(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(storage_module, "FOOTER_THREADS", 2)
+    sizes, rows = _write(spark, tmp_path, "parquet", [3, 4, 5, 6, 7])
+    unqualified = {p.removeprefix("file:"): s for p, s in sizes.items()}
+    assert all(not p.startswith("file:") for p in unqualified)
+    # Keyed by qualified path, whatever form the caller used.
+    assert HadoopStorage(spark).count_rows(unqualified, "parquet") == rows
+
+
+def test_count_rows_of_a_zero_byte_file_is_zero(spark: SparkSession, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.parquet"
+    empty.write_bytes(b"")
+    st = HadoopStorage(spark)
+    assert st.count_rows({str(empty): os.path.getsize(empty)}, "parquet") == {st.qualify(str(empty)): 0}
+
+
+def test_count_rows_rejects_other_formats(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot count rows of 'csv' files"):
+        HadoopStorage(spark).count_rows({str(tmp_path / "x.csv"): 10}, "csv")
