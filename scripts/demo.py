@@ -179,10 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         rc = run_dbt(dbt, ["run-operation", "rowmerge_history", "--args", relation], work_dir, env, history)
         marker = "version | timestamp"
         shown = [line.split("  ", 1)[-1].strip() for line in history]
-        summary["history"] = shown[
-            next((i for i, t in enumerate(shown) if t.startswith(marker)), len(shown)) :
-        ]
-        summary["history"] = [t for t in summary["history"] if "|" in t]
+        start = next((i for i, t in enumerate(shown) if t.startswith(marker)), len(shown))
+        summary["history"] = [t for t in shown[start:] if "|" in t]
         summary["ok"] = rc == 0
 
     summary["seconds"] = round(time.monotonic() - started, 1)

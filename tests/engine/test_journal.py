@@ -131,7 +131,7 @@ def test_journal_crash_after_commit_point_rolls_forward(spark, db, monkeypatch, 
     monkeypatch.undo()
     done = recover(spark, t)
     assert done.rolled_forward == ([] if step == "applied" else [1])
-    assert (done.rolled_back, done.discarded) == ([], [])
+    assert done.rolled_back == []
     assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c"), (9, "z")]
     assert os.listdir(log_dir(spark, t) / "staging") == []
     assert not recover(spark, t)  # a second recovery has nothing left to do
@@ -165,7 +165,7 @@ def test_journal_orphan_staging_is_rolled_back(spark, db, t):
     before = file_snapshot(spark, t)
     txn = plant_orphan_staging(spark, t)
     done = recover(spark, t)
-    assert (done.rolled_forward, done.rolled_back, done.discarded) == ([], [txn], [])
+    assert (done.rolled_forward, done.rolled_back) == ([], [txn])
     assert done.describe() == "rolled back 1 uncommitted staging folder(s)"
     assert os.listdir(log_dir(spark, t) / "staging") == []
     assert file_snapshot(spark, t) == before
@@ -188,40 +188,55 @@ def test_journal_recovery_replays_schema_evolution_and_partitions(spark, db, mon
     assert rows(spark, t) == [(1, "A", "x", 1), (2, "b", None, 2), (3, "c", "y", 3)]
 
 
-def test_journal_incomplete_entry_is_discarded_and_its_staging_rolled_back(spark, db, t):
+def test_journal_unreadable_entry_stops_the_table_and_is_kept(spark, db, t):
     src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
     merge(spark, t, src, UPSERT)  # versions 0 and 1
-    # The next writer staged its files and died while creating entry 2: it is cut short.
+    # Entries are published whole, so a cut-short entry 2 was damaged after it was written.
     txn = plant_orphan_staging(spark, t)
-    (log_dir(spark, t) / f"{2:020d}.json").write_text('{"format": 1, "version": 2, "tab')
+    damaged = log_dir(spark, t) / f"{2:020d}.json"
+    damaged.write_text('{"format": 1, "version": 2, "tab')
     before = file_snapshot(spark, t)
-    done = recover(spark, t)
-    assert (done.rolled_forward, done.discarded, done.rolled_back) == ([], [2], [txn])
-    assert done.describe() == (
-        "discarded incomplete entry(ies) 2; rolled back 1 uncommitted staging folder(s)"
+    with pytest.raises(JournalError) as info:
+        recover(spark, t)
+    message = str(info.value)
+    assert message.startswith(
+        f"The journal of {t} cannot be trusted: version 2's entry file:{damaged} is not valid JSON ("
     )
+    assert "restore the entry from a backup, or rebuild the table with `dbt run --full-refresh`" in message
+    assert damaged.read_text() == '{"format": 1, "version": 2, "tab'  # kept, not discarded
+    assert (log_dir(spark, t) / "staging" / txn).is_dir()  # nothing rolled back either
     assert file_snapshot(spark, t) == before
-    assert [h["version"] for h in history(spark, t)] == [1, 0]
-    assert (
-        merge(spark, t, source_view(spark, f"{db}_s2", "id long, v string", [(2, "B")]), UPSERT).version == 2
-    )
+    # The next merge refuses too: it neither reuses version 2 nor runs on a table it cannot vouch for.
+    with pytest.raises(JournalError):
+        merge(spark, t, source_view(spark, f"{db}_s2", "id long, v string", [(2, "B")]), UPSERT)
+    assert file_snapshot(spark, t) == before
+    assert [(h["version"], h["operation"]) for h in history(spark, t)] == [
+        (2, "UNREADABLE"),
+        (1, "MERGE"),
+        (0, "CONVERT"),
+    ]
 
 
 def test_journal_missing_staged_file_is_a_clear_error(spark, db, monkeypatch, t):
-    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (9, "z")])
     crash_after(monkeypatch, "entry")
     with pytest.raises(SimulatedCrash):
         merge(spark, t, src, UPSERT)
     monkeypatch.undo()
-    staged = entry(spark, t, 1)["added"][0]["staged"]
-    os.remove(staged.removeprefix("file:"))
+    staged = [f["staged"] for f in entry(spark, t, 1)["added"]]
+    assert len(staged) == 2
+    before = file_snapshot(spark, t)
+    os.remove(staged[1].removeprefix("file:"))
     with pytest.raises(JournalError) as info:
         recover(spark, t)
     assert str(info.value) == (
-        f"Cannot finish the interrupted commit of version 1 of {t}: staged file {staged} is missing "
-        f"(was {'file:' + str(log_dir(spark, t))} edited by hand?). Restore the file, or rebuild the "
-        "table with --full-refresh."
+        f"Cannot finish the interrupted commit of version 1 of {t}: 1 staged file(s) are missing and "
+        f"not in place either ({staged[1]}); was {'file:' + str(log_dir(spark, t))} edited by hand? "
+        "Nothing was moved. Restore the files, or rebuild the table with `dbt run --full-refresh`."
     )
+    # Checked before any move: the other staged file is still staged, the table untouched.
+    assert os.path.exists(staged[0].removeprefix("file:"))
+    assert file_snapshot(spark, t) == before
 
 
 def _foreign_write(spark, t: str, monkeypatch: pytest.MonkeyPatch, action) -> None:

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from dbt.adapters.rowmerge.merge import recover, run_merge, start_history
 from dbt.adapters.rowmerge.merge.journal import Journal
 from dbt.adapters.rowmerge.merge.storage import HadoopStorage
-from dbt.adapters.rowmerge.merge.table import describe_table, register_partitions
+from dbt.adapters.rowmerge.merge.table import describe_table, register_partitions, sql_name
 from tests.engine.helpers import create_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,7 +121,7 @@ class Table:
 
 
 def _location(spark: SparkSession, name: str) -> str:
-    return HadoopStorage(spark).qualify(describe_table(spark, name).info["Location"])
+    return HadoopStorage(spark).qualify(describe_table(spark, sql_name(name)).location)
 
 
 def create_target(spark: SparkSession, name: str, shape: Shape) -> Table:
@@ -256,10 +256,9 @@ def recover_and_observe(spark: SparkSession, table: Table, shape: Shape, outcome
     # (What they did not apply, recovery must register by itself.)
     for v in sorted(applied - {0}):
         entry = journal.read_entry(v)
-        assert entry is not None
-        register_partitions(spark, table.name, entry.get("partitions", []))
-        if entry.get("cdf"):
-            register_partitions(spark, table.changes, [entry["cdf"]["partition"]])
+        register_partitions(spark, sql_name(table.name), list(entry.partitions))
+        if entry.cdf:
+            register_partitions(spark, sql_name(table.changes), [entry.cdf.partition])
     outcome.recovered = recover(spark, table.name, lock_timeout_s=60).rolled_forward
     outcome.state = observe(spark, table, shape)
     staging = table.location.removeprefix("file:") + "/_rowmerge_log/staging"

@@ -210,7 +210,7 @@ def test_parse_spec_aliases_must_differ_and_be_identifiers() -> None:
 
 def test_parse_spec_change_data_feed_and_lock_timeout_types() -> None:
     assert problems_of(spec(change_data_feed={"tbl": "x"}, lock_timeout_s=-1)) == [
-        "`lock_timeout_s` must be a number of seconds >= 0, got -1",
+        "`lock_timeout_s` must be a finite number of seconds >= 0, got -1",
         "`change_data_feed` must be null or a mapping with one key, `table` (the change table's "
         "name), got {'tbl': 'x'}",
     ]

@@ -76,7 +76,7 @@ class RowMergeAdapter(SparkAdapter):
             result = merge.run_merge(spark, spec)
         except merge.MergeSpecError as exc:
             raise CompilationError(config_error_message(spec["target"], exc.problems)) from None
-        except merge.MergeError as exc:
+        except (merge.MergeError, merge.MergeCommittedError) as exc:
             raise DbtRuntimeError(str(exc)) from None
         m = result.metrics
         return RowMergeAdapterResponse(
@@ -98,7 +98,6 @@ class RowMergeAdapter(SparkAdapter):
         return {
             "rolled_forward": done.rolled_forward,
             "rolled_back": done.rolled_back,
-            "discarded": done.discarded,
             "message": done.describe(),
         }
 

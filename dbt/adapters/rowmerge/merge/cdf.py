@@ -29,8 +29,9 @@ from .plan import FILE, ROW, MergePlan, q
 from .rewrite import StagedFile, inserted_rows, staged_files, touched_join
 from .scan import ScanResult
 from .source import MaterializedSource
+from .sqltext import epoch_micros
 from .storage import Storage
-from .table import add_columns, describe_table
+from .table import describe_table, sql_name
 
 CHANGE_TYPE = "_change_type"
 COMMIT_TIMESTAMP = "_commit_timestamp"
@@ -51,32 +52,24 @@ def feed_schema(fields: list[StructField]) -> StructType:
     )
 
 
-def ensure_changes_table(spark: SparkSession, name: str, schema: dict[str, Any]) -> None:
-    """Create the feed table if it is missing and add the columns it lacks (repeatable)."""
-    wanted = StructType.fromJson(schema)
-    if not spark.catalog.tableExists(name):
-        create_changes_table(spark, name, wanted)
-        return
-    add_columns(spark, name, [{"name": f.name, "type": f.dataType.simpleString()} for f in wanted.fields])
-
-
 def create_changes_table(spark: SparkSession, name: str, schema: StructType) -> None:
     (
         spark.createDataFrame([], schema)
         .write.format("parquet")
         .partitionBy(COMMIT_VERSION)
         .mode("ignore")
-        .saveAsTable(name)
+        .saveAsTable(sql_name(name))
     )
 
 
 def drop_changes_table(spark: SparkSession, name: str) -> int:
     """Drop the feed table (a full refresh starts a new history); return the rows it held."""
-    if not spark.catalog.tableExists(name):
+    ident = sql_name(name)
+    if not spark.catalog.tableExists(ident):
         return 0
-    spark.catalog.refreshTable(name)
-    rows = spark.table(name).count()
-    spark.sql(f"DROP TABLE {name}")
+    spark.catalog.refreshTable(ident)
+    rows = spark.table(ident).count()
+    spark.sql(f"DROP TABLE {ident}")
     return rows
 
 
@@ -84,8 +77,9 @@ def drop_changes_table(spark: SparkSession, name: str) -> int:
 class ChangesTable:
     """Where this merge's change rows go."""
 
-    name: str
-    location: str
+    name: str  # as the spec gave it
+    ident: str  # back-quoted
+    location: str  # qualified
 
 
 def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage) -> ChangesTable:
@@ -102,11 +96,11 @@ def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage
                 for c in clashes
             ]
         )
-    if not spark.catalog.tableExists(name):
+    ident = sql_name(name)
+    if not spark.catalog.tableExists(ident):
         create_changes_table(spark, name, feed_schema(list(plan.target.schema.fields)))
-    described = describe_table(spark, name)
-    info = described.info
-    provider = info.get("Provider", "").lower()
+    described = describe_table(spark, ident)
+    provider = described.provider
     partitioning = list(described.partition_columns)
     if provider != "parquet" or partitioning != [COMMIT_VERSION]:
         raise UnsupportedTableError(
@@ -114,7 +108,7 @@ def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage
             f"partitioned by {COMMIT_VERSION}; found {provider or 'unknown'} partitioned by "
             f"{partitioning or 'nothing'}). Drop it or name another table in change_data_feed."
         )
-    location = storage.qualify(info.get("Location", "").rstrip("/"))
+    location = storage.qualify(described.location.rstrip("/"))
     target_location = storage.qualify(plan.target.location)
     if not storage.same_filesystem(location, target_location):
         raise UnsupportedTableError(
@@ -122,7 +116,17 @@ def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage
             f"{plan.target.name} ({target_location}). A commit moves both tables' files by rename, "
             "which cannot cross filesystems; keep the change table in the target's schema."
         )
-    return ChangesTable(name, location)
+    if (
+        location == target_location
+        or location.startswith(target_location + "/")
+        or (target_location.startswith(location + "/"))
+    ):
+        raise UnsupportedTableError(
+            f"change_data_feed table {name} is stored at {location}, inside or around the target's "
+            f"folder {target_location}: each table would read the other's files. Name another "
+            "table in change_data_feed."
+        )
+    return ChangesTable(name, ident, location)
 
 
 def change_rows(
@@ -195,11 +199,10 @@ def write_change_feed(
     timestamp: datetime,
 ) -> list[StagedFile]:
     """Write ``rows`` stamped with the commit timestamp into ``staging``; return the files."""
-    micros = int(timestamp.timestamp()) * 1_000_000 + timestamp.microsecond
     out = rows.select(
         *[F.col(q(f.name)) for f in plan.output_fields],
         F.col(CHANGE_TYPE),
-        F.timestamp_micros(F.lit(micros)).alias(COMMIT_TIMESTAMP),
+        F.timestamp_micros(F.lit(epoch_micros(timestamp))).alias(COMMIT_TIMESTAMP),
     )
     out.write.format("parquet").save(staging)
     return staged_files("parquet", staging, storage)[0]

@@ -1,7 +1,10 @@
 """Every error the merge engine raises, in one place.
 
 Each class has a one-line docstring saying when it is raised; each message says what to
-change. All subclass :class:`MergeError`, so callers can catch one type.
+change. All but one subclass :class:`MergeError`, which promises that the target did not
+change, so a caller may fix the input and run the merge again. The exception is
+:class:`MergeCommittedError`: the merge *is* committed, and running it again would apply
+it twice.
 """
 
 from __future__ import annotations
@@ -65,3 +68,23 @@ class UnsupportedTableError(MergeError):
 
 class JournalError(MergeError):
     """The table's journal cannot be read or an interrupted commit cannot be finished."""
+
+
+class MergeCommittedError(Exception):
+    """The merge committed, but finishing it failed; recovery completes it. Do not rerun it.
+
+    Not a :class:`MergeError`: a caller that retries failed merges must not retry this one.
+    """
+
+    def __init__(self, table: str, version: int, cause: BaseException) -> None:
+        self.table = table
+        self.version = version
+        self.cause = cause
+        reason = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        super().__init__(
+            f"MERGE into {table} is committed as version {version}, but applying it stopped: "
+            f"{reason}. The merge is durable and will be completed by recovery, which runs "
+            "before the next merge of this table (or now: `dbt run-operation rowmerge_recover "
+            f"--args '{{relation: {table}}}'`). Do not run this merge again: it would be "
+            "applied twice."
+        )

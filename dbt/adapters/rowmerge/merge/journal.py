@@ -10,13 +10,20 @@ Layout (``_``-prefixed, so Spark, Hive, Trino and DuckDB never read it as data):
 
 Version 0 describes the table as dbt created it (or as the first merge found it). A merge
 plans version ``read + 1`` while holding the lock and creates exactly that entry, so a writer
-that lost its lock cannot commit over a newer version. After the commit point every step is
-idempotent and they run in an order that never hides a row from readers: add columns if
-absent, move each staged file into place if still staged, add new partitions if absent,
-then delete each replaced file if still there, then mark the entry applied. ``recover``
-replays an unapplied entry any number of times; staging without an entry is rolled back.
-An entry that cannot be parsed was being created when its writer died: its commit never
-completed, so it is rolled back too.
+that lost its lock cannot commit over a newer version. Before the entry is created, the
+entry is validated exactly as recovery will validate it, so nothing that can be checked is
+left to fail after the commit point. After it, every step is idempotent and they run in an
+order that never hides a row from readers: add columns if absent, move each staged file
+into place if still staged, add new partitions if absent, then delete each replaced file if
+still there, then mark the entry applied. ``recover`` replays an unapplied entry any number
+of times; staging without an entry is rolled back.
+
+Entries are published whole (``Storage.create_if_absent``), so an entry that cannot be read
+or does not describe a valid commit of this table was damaged after it was written. Recovery
+never guesses: it stops with a :class:`JournalError` that says what to do, and never
+discards the entry (its commit may be partly applied, and dropping it would let the next
+merge reuse its version). It also never follows a path outside the table's (or its change
+table's) location, and checks that every staged file is present before it moves any.
 """
 
 from __future__ import annotations
@@ -25,20 +32,31 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+from pyspark.sql.utils import AnalysisException
 
-from .cdf import ensure_changes_table
 from .errors import ConcurrentMergeError, JournalError
 from .lock import LOCK_DIR
-from .storage import FileInfo, Storage
-from .table import add_columns, register_partitions
+from .sqltext import check_path_safe, parse_name, sql_type
+from .storage import FileInfo, Storage, is_hidden
+from .table import (
+    TargetTable,
+    add_columns,
+    create_table_at,
+    describe_table,
+    partition_values,
+    register_partitions,
+    sql_name,
+)
 
 logger = logging.getLogger("rowmerge")
 
@@ -50,6 +68,8 @@ ENTRY_SUFFIX = ".json"
 APPLIED_SUFFIX = ".applied"
 VERSION_DIGITS = 20
 ENTRY_FORMAT = 1
+OPERATIONS = ("MERGE", "CREATE TABLE", "REPLACE TABLE", "CONVERT", "FENCE")
+_TXN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]*$")
 
 # Test hooks, read at each step of the commit protocol: the name of the step after which the
 # process dies (os._exit), a file that collects the name of every step reached, and a pause
@@ -91,16 +111,229 @@ def new_txn() -> str:
     return f"{int(time.time() * 1000)}-{uuid.uuid4().hex[:12]}"
 
 
+# -- the entry ------------------------------------------------------------------------------
+
+
+class EntryInvalid(ValueError):
+    """An entry's JSON does not describe a commit (the reason is the message)."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One data file of a commit: where it ends up, and where it was staged (if it was)."""
+
+    path: str  # qualified, final
+    size: int
+    rows: int | None
+    staged: str | None = None  # None: the file was already in place (version 0, fences)
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "size": self.size, "rows": self.rows}
+        if self.staged is not None:
+            out = {"staged": self.staged, **out}
+        return out
+
+
+@dataclass(frozen=True)
+class FeedFiles:
+    """The change-feed part of a commit: files for one ``_commit_version`` partition."""
+
+    table: str  # the change table's name, as the spec gave it
+    location: str  # qualified
+    partition: str  # e.g. _commit_version=3
+    columns: dict[str, Any]  # the feed's schema (StructType JSON)
+    files: tuple[FileEntry, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "location": self.location,
+            "partition": self.partition,
+            "columns": self.columns,
+            "files": [f.as_json() for f in self.files],
+        }
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One version of the table: what recovery needs to finish its commit on its own."""
+
+    version: int
+    table: str
+    operation: str
+    timestamp: str
+    added: tuple[FileEntry, ...]
+    removed: tuple[FileEntry, ...]
+    metrics: dict[str, Any]
+    txn: str | None = None
+    read_version: int | None = None
+    spec_digest: str | None = None
+    partitions: tuple[str, ...] = ()
+    new_columns: tuple[tuple[str, str], ...] = ()  # (name, type as DDL)
+    cdf: FeedFiles | None = None
+    reason: str | None = None  # FENCE only
+
+    @property
+    def is_merge(self) -> bool:
+        return self.operation == "MERGE"
+
+    def moves(self) -> list[FileEntry]:
+        """Every staged file, data then change feed, in the order apply moves them."""
+        files = list(self.added) + (list(self.cdf.files) if self.cdf else [])
+        return [f for f in files if f.staged is not None]
+
+    def to_json(self) -> str:
+        out: dict[str, Any] = {
+            "format": ENTRY_FORMAT,
+            "version": self.version,
+            "table": self.table,
+            "operation": self.operation,
+            "timestamp": self.timestamp,
+        }
+        if self.is_merge:
+            out.update(
+                txn=self.txn,
+                read_version=self.read_version,
+                spec_digest=self.spec_digest,
+            )
+        if self.reason is not None:
+            out["reason"] = self.reason
+        out["added"] = [f.as_json() for f in self.added]
+        out["removed"] = [f.as_json() for f in self.removed]
+        if self.is_merge:
+            out["partitions"] = list(self.partitions)
+            out["new_columns"] = [{"name": n, "type": t} for n, t in self.new_columns]
+            out["cdf"] = self.cdf.as_json() if self.cdf else None
+        out["metrics"] = self.metrics
+        return json.dumps(out, indent=1)
+
+    @staticmethod
+    def parse(text: str, version: int) -> Entry:
+        """The entry in ``text`` (the file of ``version``); EntryInvalid saying what is wrong."""
+        try:
+            raw = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise EntryInvalid(f"is not valid JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise EntryInvalid(f"holds a JSON {type(raw).__name__}, not an object")
+        r = _Reader(raw)
+        if r.integer("version") != version:
+            raise EntryInvalid(
+                f"says it is version {raw.get('version')!r}, but its file is version {version}"
+            )
+        if r.integer("format") != ENTRY_FORMAT:
+            raise EntryInvalid(f"has format {raw.get('format')!r}; this release reads format {ENTRY_FORMAT}")
+        operation = r.string("operation")
+        if operation not in OPERATIONS:
+            raise EntryInvalid(f"has unknown operation {operation!r}")
+        merge = operation == "MERGE"
+        cdf = None
+        if merge and raw.get("cdf") is not None:
+            c = _Reader(r.mapping("cdf"), "cdf.")
+            cdf = FeedFiles(
+                table=c.string("table"),
+                location=c.string("location"),
+                partition=c.string("partition"),
+                columns=c.mapping("columns"),
+                files=c.files("files", staged=True),
+            )
+        new_columns: list[tuple[str, str]] = []
+        if merge:
+            for i, col in enumerate(r.items("new_columns")):
+                cr = _Reader(col if isinstance(col, dict) else {}, f"new_columns[{i}].")
+                new_columns.append((cr.string("name"), cr.string("type")))
+        return Entry(
+            version=version,
+            table=r.string("table"),
+            operation=operation,
+            timestamp=r.string("timestamp"),
+            added=r.files("added", staged=merge),
+            removed=r.files("removed", staged=False),
+            metrics=r.mapping("metrics"),
+            txn=r.string("txn") if merge else None,
+            read_version=r.integer("read_version") if merge else None,
+            spec_digest=raw.get("spec_digest") if isinstance(raw.get("spec_digest"), str) else None,
+            partitions=tuple(r.strings("partitions")) if merge else (),
+            new_columns=tuple(new_columns),
+            cdf=cdf,
+            reason=raw.get("reason") if isinstance(raw.get("reason"), str) else None,
+        )
+
+
+class _Reader:
+    """Typed access to one JSON object of an entry; every miss raises EntryInvalid naming the key."""
+
+    def __init__(self, raw: dict[str, Any], prefix: str = "") -> None:
+        self.raw = raw
+        self.prefix = prefix
+
+    def _get(self, key: str) -> Any:
+        if key not in self.raw:
+            raise EntryInvalid(f"has no `{self.prefix}{key}`")
+        return self.raw[key]
+
+    def string(self, key: str) -> str:
+        value = self._get(key)
+        if not isinstance(value, str) or not value:
+            raise EntryInvalid(f"has `{self.prefix}{key}` = {value!r}, not a non-empty string")
+        return value
+
+    def integer(self, key: str) -> int:
+        value = self._get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise EntryInvalid(f"has `{self.prefix}{key}` = {value!r}, not a whole number >= 0")
+        return value
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        value = self._get(key)
+        if not isinstance(value, dict):
+            raise EntryInvalid(f"has `{self.prefix}{key}` = {value!r}, not an object")
+        return value
+
+    def items(self, key: str) -> list[Any]:
+        value = self._get(key)
+        if not isinstance(value, list):
+            raise EntryInvalid(f"has `{self.prefix}{key}` = {value!r}, not a list")
+        return value
+
+    def strings(self, key: str) -> list[str]:
+        values = self.items(key)
+        if not all(isinstance(v, str) and v for v in values):
+            raise EntryInvalid(f"has `{self.prefix}{key}` with an item that is not a non-empty string")
+        return values
+
+    def files(self, key: str, staged: bool) -> tuple[FileEntry, ...]:
+        out = []
+        for i, item in enumerate(self.items(key)):
+            if not isinstance(item, dict):
+                raise EntryInvalid(f"has `{self.prefix}{key}[{i}]` = {item!r}, not an object")
+            f = _Reader(item, f"{self.prefix}{key}[{i}].")
+            rows = item.get("rows")
+            if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
+                raise EntryInvalid(f"has `{self.prefix}{key}[{i}].rows` = {rows!r}, not a row count")
+            out.append(
+                FileEntry(
+                    path=f.string("path"),
+                    size=f.integer("size"),
+                    rows=rows,
+                    staged=f.string("staged") if staged else None,
+                )
+            )
+        return tuple(out)
+
+
+# -- recovery's report ----------------------------------------------------------------------
+
+
 @dataclass
 class Recovery:
-    """What ``recover`` did: versions rolled forward, staging folders and torn entries rolled back."""
+    """What ``recover`` did: versions rolled forward, uncommitted staging folders rolled back."""
 
     rolled_forward: list[int] = field(default_factory=list)
     rolled_back: list[str] = field(default_factory=list)
-    discarded: list[int] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.rolled_forward or self.rolled_back or self.discarded)
+        return bool(self.rolled_forward or self.rolled_back)
 
     def describe(self) -> str:
         if not self:
@@ -108,11 +341,12 @@ class Recovery:
         parts = []
         if self.rolled_forward:
             parts.append("rolled forward version(s) " + ", ".join(map(str, self.rolled_forward)))
-        if self.discarded:
-            parts.append("discarded incomplete entry(ies) " + ", ".join(map(str, self.discarded)))
         if self.rolled_back:
             parts.append(f"rolled back {len(self.rolled_back)} uncommitted staging folder(s)")
         return "; ".join(parts)
+
+
+# -- the journal ----------------------------------------------------------------------------
 
 
 @dataclass
@@ -120,7 +354,7 @@ class Journal:
     """The journal of one table."""
 
     storage: Storage
-    location: str
+    location: str  # qualified
 
     # -- layout -----------------------------------------------------------------------------
     @property
@@ -163,143 +397,261 @@ class Journal:
         versions = self.versions()
         return versions[-1] if versions else 0
 
-    def read_entry(self, version: int) -> dict[str, Any] | None:
-        """The entry, or None if it is incomplete (its writer died while creating it)."""
+    def read_entry(self, version: int) -> Entry:
+        """The entry of ``version``; EntryInvalid if it cannot be read as one."""
         try:
-            entry: dict[str, Any] = json.loads(self.storage.read_text(self.entry_path(version)))
-        except (ValueError, UnicodeDecodeError):
-            return None
-        return entry if entry.get("version") == version else None
+            text = self.storage.read_text(self.entry_path(version))
+        except UnicodeDecodeError as exc:
+            raise EntryInvalid(f"is not UTF-8 text ({exc})") from None
+        return Entry.parse(text, version)
+
+    def entry(self, version: int, table: str) -> Entry:
+        """The entry of ``version``, or a JournalError that tells the operator what to do."""
+        try:
+            return self.read_entry(version)
+        except EntryInvalid as exc:
+            raise self._damaged(version, table, str(exc)) from None
+
+    def _damaged(self, version: int, table: str, reason: str) -> JournalError:
+        return JournalError(
+            f"The journal of {table} cannot be trusted: version {version}'s entry "
+            f"{self.entry_path(version)} {reason}. Entries are written whole, so this one was "
+            "changed afterwards (by hand, or by a tool that edits files in place). "
+            "row_level_merge stops here rather than guess what that commit did: restore the "
+            "entry from a backup, or rebuild the table with `dbt run --full-refresh` (which "
+            "starts a new journal). Nothing was changed."
+        )
 
     def snapshot(self) -> dict[str, FileInfo]:
         """Every data file of the table now, to prove at commit time that no one changed them."""
         return {self.storage.qualify(f.path): f for f in self.storage.list_data_files(self.location)}
 
+    # -- validation (before the commit point, and before recovery touches anything) ---------
+    def problems(self, entry: Entry, partition_columns: Sequence[str]) -> list[str]:
+        """Why ``entry`` is not a commit this journal may apply (empty: it may)."""
+        out: list[str] = []
+        if not entry.is_merge:
+            if entry.moves():
+                out.append("lists staged files, which only a MERGE has")
+            return out
+        if entry.txn is None or not _TXN.match(entry.txn):
+            out.append(f"has an invalid txn {entry.txn!r}")
+            return out
+        if entry.read_version != entry.version - 1:
+            out.append(f"was planned on version {entry.read_version}, not {entry.version - 1}")
+        data_staging = f"{self.staging_dir(entry.txn)}/{DATA_DIR}"
+        parts = [c.lower() for c in partition_columns]
+        for i, f in enumerate(entry.added):
+            rel = _inside(f.path, self.location)
+            if rel is None:
+                out.append(
+                    f"adds added[{i}] {f.path}, which is not a data file of the table at {self.location}"
+                )
+                continue
+            if f.staged is None or _inside(f.staged, data_staging) != rel:
+                out.append(f"stages added[{i}] at {f.staged}, not at {data_staging}/{rel}")
+            out += _layout_problems(f"added[{i}]", rel, parts)
+        for i, f in enumerate(entry.removed):
+            if _inside(f.path, self.location) is None:
+                out.append(
+                    f"removes removed[{i}] {f.path}, which is not a data file of the table at {self.location}"
+                )
+        for p in entry.partitions:
+            out += _layout_problems("a partition", f"{p}/x", parts)
+        for name, ddl in entry.new_columns:
+            if not name or not ddl:
+                out.append("adds a column without a name or type")
+        if entry.cdf is not None:
+            out += self._feed_problems(entry, entry.cdf)
+        return out
+
+    def _feed_problems(self, entry: Entry, cdf: FeedFiles) -> list[str]:
+        out: list[str] = []
+        try:
+            check_path_safe(parse_name(cdf.table))
+        except ValueError as exc:
+            out.append(f"names change table {cdf.table!r}, which is not a valid table name ({exc})")
+        key, eq, value = cdf.partition.partition("=")
+        if not eq or value != str(entry.version) or not key or "/" in cdf.partition:
+            out.append(f"writes change-feed partition {cdf.partition!r}, not one for version {entry.version}")
+        try:
+            StructType.fromJson(cdf.columns)
+        except Exception as exc:  # malformed schema JSON
+            out.append(f"gives the change table columns that are not a schema ({exc})")
+        feed_staging = f"{self.staging_dir(str(entry.txn))}/{CDF_DIR}"
+        for i, f in enumerate(cdf.files):
+            rel = _inside(f.path, cdf.location)
+            name = f.path.rsplit("/", 1)[-1]
+            if rel != f"{cdf.partition}/{name}" or is_hidden(name):
+                out.append(f"moves cdf.files[{i}] to {f.path}, not into {cdf.location}/{cdf.partition}/")
+            if f.staged is None or _inside(f.staged, feed_staging) != name:
+                out.append(f"stages cdf.files[{i}] at {f.staged}, not in {feed_staging}/")
+        return out
+
+    def check(self, entry: Entry, target: TargetTable) -> None:
+        """Raise JournalError unless ``entry`` may be applied as it stands (before any move)."""
+        problems = self.problems(entry, target.partition_columns)
+        if problems:
+            raise self._damaged(
+                entry.version, target.name, "does not describe a commit of this table: " + "; ".join(problems)
+            )
+        missing = [
+            f.staged
+            for f in entry.moves()
+            if f.staged and not self.storage.exists(f.staged) and not self.storage.exists(f.path)
+        ]
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            raise JournalError(
+                f"Cannot finish the interrupted commit of version {entry.version} of {target.name}: "
+                f"{len(missing)} staged file(s) are missing and not in place either ({shown}); was "
+                f"{self.log_dir} edited by hand? Nothing was moved. Restore the files, or rebuild "
+                "the table with `dbt run --full-refresh`."
+            )
+
     # -- writing ----------------------------------------------------------------------------
-    def write_initial(self, entry: dict[str, Any]) -> None:
+    def write_initial(self, entry: Entry) -> None:
         """Create version 0 (the table as created or as found), already applied."""
-        if self.storage.create_if_absent(self.entry_path(0), json.dumps(dict(entry, version=0), indent=1)):
+        assert entry.version == 0
+        if self.storage.create_if_absent(self.entry_path(0), entry.to_json()):
             self.storage.create_if_absent(self.applied_path(0), "")
 
     def reset(self) -> int:
-        """Forget every version and staging folder (a full refresh replaced the table); keep the lock."""
-        removed = 0
+        """Forget every version and staging folder (a full refresh replaced the table); keep the lock.
+
+        Newest first, each entry before its applied marker: an interrupted reset leaves the
+        older versions, every one still marked applied, never an entry recovery would replay.
+        """
+        versions, _ = self.listing()
+        for v in reversed(versions):
+            self.storage.delete(self.entry_path(v))
+            self.storage.delete(self.applied_path(v))
         for name in self.storage.list_names(self.log_dir):
             if name != LOCK_DIR:
                 self.storage.delete(f"{self.log_dir}/{name}", recursive=True)
-                removed += name.endswith(ENTRY_SUFFIX)
-        return removed
+        return len(versions)
 
-    def commit(
-        self, entry: dict[str, Any], snapshot: Mapping[str, FileInfo], initial: dict[str, Any] | None = None
-    ) -> None:
-        """Create the planned entry: the commit point. Abort if anyone else changed the table.
+    def commit(self, entry: Entry, initial: Entry | None = None) -> None:
+        """Create the planned entry: the commit point (call :meth:`check_unchanged` just before).
 
         ``initial`` (version 0 of a table that had no journal, described when the merge read
         it) is written first, once the table is known to be unchanged.
         """
-        changed = self._changed_files(snapshot)
-        if changed:
-            shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-            raise ConcurrentMergeError(
-                f"{entry['operation']} into {entry['table']} aborted: another writer changed "
-                f"{len(changed)} of the table's files while the merge ran ({shown}). Nothing was "
-                "changed; run the model again. Jobs that write this table without row_level_merge "
-                "(insert_overwrite runs, manual jobs) must not run at the same time as a merge."
-            )
         if initial is not None:
             self.write_initial(initial)
-        version = int(entry["version"])
-        if not self.storage.create_if_absent(self.entry_path(version), json.dumps(entry, indent=1)):
+        if not self.storage.create_if_absent(self.entry_path(entry.version), entry.to_json()):
             raise ConcurrentMergeError(
-                f"{entry['operation']} into {entry['table']} aborted: version {version} was committed "
+                f"{entry.operation} into {entry.table} aborted: version {entry.version} was committed "
                 "by another writer while this merge ran. Nothing was changed; run the model again."
             )
 
-    def _changed_files(self, snapshot: Mapping[str, FileInfo]) -> list[str]:
+    def check_unchanged(self, entry: Entry, snapshot: Mapping[str, FileInfo]) -> None:
+        """Raise ConcurrentMergeError if a file the merge read was changed or removed meanwhile."""
         now = self.snapshot()
-        return sorted(
+        changed = sorted(
             path
             for path, info in snapshot.items()
             if path not in now or (now[path].size, now[path].mtime) != (info.size, info.mtime)
         )
+        if changed:
+            shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+            raise ConcurrentMergeError(
+                f"{entry.operation} into {entry.table} aborted: another writer changed "
+                f"{len(changed)} of the table's files while the merge ran ({shown}). Nothing was "
+                "changed; run the model again. Jobs that write this table without row_level_merge "
+                "(insert_overwrite runs, manual jobs) must not run at the same time as a merge."
+            )
 
     def fence(self, table: str, reason: str) -> int:
         """Commit an empty version, so that a writer whose lease was taken over cannot commit."""
         while True:
             version = self.current_version() + 1
-            entry = {
-                "format": ENTRY_FORMAT,
-                "version": version,
-                "table": table,
-                "operation": "FENCE",
-                "timestamp": iso(utc_now()),
-                "reason": reason,
-                "added": [],
-                "removed": [],
-                "metrics": {},
-            }
-            if self.storage.create_if_absent(self.entry_path(version), json.dumps(entry, indent=1)):
+            entry = Entry(
+                version=version,
+                table=table,
+                operation="FENCE",
+                timestamp=iso(utc_now()),
+                added=(),
+                removed=(),
+                metrics={},
+                reason=reason,
+            )
+            if self.storage.create_if_absent(self.entry_path(version), entry.to_json()):
                 self.storage.create_if_absent(self.applied_path(version), "")
                 return version
 
     # -- roll forward -----------------------------------------------------------------------
-    def apply(self, spark: SparkSession, entry: Mapping[str, Any], table: str) -> None:
-        """Roll ``entry`` forward on ``table`` (its name in this session's catalog); repeatable."""
-        add_columns(spark, table, entry.get("new_columns", []))
-        cdf = entry.get("cdf")
-        if cdf:
-            ensure_changes_table(spark, cdf["table"], cdf["columns"])
-        # Version 0 and fences list files that were never staged: nothing to move.
-        moves = [f for f in list(entry["added"]) + (list(cdf["files"]) if cdf else []) if "staged" in f]
-        for i, f in enumerate(moves):
-            self.storage.rename(f["staged"], f["path"])
+    def apply(self, spark: SparkSession, entry: Entry, target: TargetTable) -> None:
+        """Roll ``entry`` forward on ``target``; repeatable. Call :meth:`check` first."""
+        add_columns(spark, target.ident, entry.new_columns)
+        cdf = entry.cdf
+        feed_ident = self._feed_table(spark, entry, cdf) if cdf else None
+        for i, f in enumerate(entry.moves()):
+            assert f.staged is not None
+            self.storage.rename(f.staged, f.path)
             fault_point(f"move_{i}")
         # New partitions become visible before any replaced file goes away, so a reader of
         # the catalog sees every row throughout (old and new versions side by side at worst).
-        register_partitions(spark, table, entry.get("partitions", []))
-        if cdf:
-            register_partitions(spark, cdf["table"], [cdf["partition"]])
+        register_partitions(spark, target.ident, list(entry.partitions))
+        if cdf and feed_ident:
+            register_partitions(spark, feed_ident, [cdf.partition])
         fault_point("registered")
-        for i, f in enumerate(entry["removed"]):
-            self.storage.delete(f["path"])
+        for i, f in enumerate(entry.removed):
+            self.storage.delete(f.path)
             fault_point(f"delete_{i}")
         fault_point("before_applied")
-        self.storage.create_if_absent(self.applied_path(int(entry["version"])), "")
+        self.storage.create_if_absent(self.applied_path(entry.version), "")
         fault_point("applied")
-        if entry.get("txn"):
-            self.storage.delete(self.staging_dir(entry["txn"]), recursive=True)
-        spark.catalog.refreshTable(table)
-        if cdf:
-            spark.catalog.refreshTable(cdf["table"])
+        if entry.txn:
+            self.storage.delete(self.staging_dir(entry.txn), recursive=True)
+        spark.catalog.refreshTable(target.ident)
+        if feed_ident:
+            spark.catalog.refreshTable(feed_ident)
 
-    def recover(self, spark: SparkSession, table: str) -> Recovery:
-        """Roll unapplied entries forward, incomplete entries and orphan staging back (hold the lock)."""
+    def _feed_table(self, spark: SparkSession, entry: Entry, cdf: FeedFiles) -> str:
+        """The change table that reads ``cdf.location``, created there if it was dropped."""
+        ident = sql_name(cdf.table)
+        schema = StructType.fromJson(cdf.columns)
+        try:
+            described = describe_table(spark, ident)
+        except AnalysisException:
+            key = cdf.partition.split("=", 1)[0]
+            create_table_at(spark, ident, schema, [key], cdf.location)
+            return ident
+        if self.storage.qualify(described.location.rstrip("/")) != cdf.location:
+            raise JournalError(
+                f"Cannot finish version {entry.version} of {entry.table}: its change rows belong in "
+                f"{cdf.location}, but change table {cdf.table} now reads "
+                f"{described.location}. Point {cdf.table} back at that location (or drop it: "
+                "recovery recreates it there), then run again."
+            )
+        add_columns(spark, ident, [(f.name, sql_type(f.dataType)) for f in schema.fields])
+        return ident
+
+    def recover(self, spark: SparkSession, target: TargetTable) -> Recovery:
+        """Roll unapplied entries forward and orphan staging back (hold the lock)."""
         done = Recovery()
         versions, applied = self.listing()
         for v in versions:
             if v in applied:
                 continue
-            entry = self.read_entry(v)
-            if entry is None:
-                self.storage.delete(self.entry_path(v))
-                done.discarded.append(v)
-                continue
+            entry = self.entry(v, target.name)
+            self.check(entry, target)
             try:
-                self.apply(spark, entry, table)
+                self.apply(spark, entry, target)
             except FileNotFoundError as exc:
                 raise JournalError(
-                    f"Cannot finish the interrupted commit of version {v} of {table}: staged file "
-                    f"{exc} is missing (was {self.log_dir} edited by hand?). Restore the file, or "
-                    "rebuild the table with --full-refresh."
+                    f"Cannot finish the interrupted commit of version {v} of {target.name}: file "
+                    f"{exc} vanished while it was being applied (is another process editing "
+                    f"{self.log_dir}?). Run again; if this repeats, rebuild the table with --full-refresh."
                 ) from None
             done.rolled_forward.append(v)
         # Every entry is applied now, so no staging folder can be needed any more. Only the
         # newest entry's can be a leftover of a commit (a crash after its applied marker).
-        newest = self.read_entry(versions[-1]) if versions and versions[-1] not in done.discarded else None
+        newest = self.entry(versions[-1], target.name).txn if versions else None
         for txn in self.storage.list_names(f"{self.log_dir}/{STAGING_DIR}"):
             self.storage.delete(self.staging_dir(txn), recursive=True)
-            if newest is None or txn != newest.get("txn"):
+            if txn != newest:
                 done.rolled_back.append(txn)
         return done
 
@@ -308,28 +660,69 @@ class Journal:
         out = []
         versions, applied = self.listing()
         for v in reversed(versions):
-            e = self.read_entry(v)
-            if e is None:
-                continue  # being created right now, or left by a writer that died doing so
-            out.append(history_row(e, v in applied))
+            try:
+                out.append(history_row(self.read_entry(v), v in applied))
+            except EntryInvalid as exc:
+                out.append(_unreadable_row(v, v in applied, str(exc)))
             if limit is not None and len(out) >= limit:
                 break
         return out
 
 
-def history_row(entry: Mapping[str, Any], applied: bool) -> dict[str, Any]:
+def _inside(path: str, root: str) -> str | None:
+    """``path`` relative to ``root`` if it is a visible file below it (no ``..``, no hidden part)."""
+    root = root.rstrip("/")
+    if not path.startswith(root + "/"):
+        return None
+    rel = path[len(root) + 1 :]
+    segments = rel.split("/")
+    if any(s in ("", ".", "..") or is_hidden(s) for s in segments):
+        return None
+    return rel
+
+
+def _layout_problems(what: str, rel: str, partition_columns: Sequence[str]) -> list[str]:
+    """A data file's path below the table must be ``k1=v1/.../file`` with the table's partition keys."""
+    folders = rel.split("/")[:-1]
+    try:
+        keys = [k.lower() for k, _ in partition_values("/".join(folders))] if folders else []
+    except ValueError:
+        keys = []
+    if keys != list(partition_columns):
+        want = "/".join(f"{c}=..." for c in partition_columns) or "no folder"
+        return [f"places {what} at {rel!r}; this table's layout is {want}"]
+    return []
+
+
+def history_row(entry: Entry, applied: bool) -> dict[str, Any]:
     """One version as history reports it: the entry's metrics plus the counts users ask for."""
-    m = entry.get("metrics", {})
+    m = entry.metrics
     inserted = m.get("numTargetRowsInserted", m.get("numOutputRows", 0))
     return {
-        "version": entry["version"],
-        "timestamp": entry["timestamp"],
-        "operation": entry["operation"],
+        "version": entry.version,
+        "timestamp": entry.timestamp,
+        "operation": entry.operation,
         "rows_inserted": inserted,
         "rows_updated": m.get("numTargetRowsUpdated", 0),
         "rows_deleted": m.get("numTargetRowsDeleted", 0),
-        "files_added": len(entry.get("added", [])),
-        "files_removed": len(entry.get("removed", [])),
+        "files_added": len(entry.added),
+        "files_removed": len(entry.removed),
         "metrics": m,
+        "applied": applied,
+    }
+
+
+def _unreadable_row(version: int, applied: bool, reason: str) -> dict[str, Any]:
+    """A version whose entry is damaged: history still shows it (recovery refuses it)."""
+    return {
+        "version": version,
+        "timestamp": "",
+        "operation": "UNREADABLE",
+        "rows_inserted": 0,
+        "rows_updated": 0,
+        "rows_deleted": 0,
+        "files_added": 0,
+        "files_removed": 0,
+        "metrics": {"error": f"entry {reason}"},
         "applied": applied,
     }

@@ -54,13 +54,22 @@ def _read_first(path: str) -> str | None:
         return None
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name: state, ppid, ... (None if no such process)."""
+    text = _read_first(f"/proc/{pid}/stat")
+    return None if text is None else text.rsplit(")", 1)[-1].split()
+
+
 def _process_start(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (clock ticks since boot), to tell a reused PID apart."""
-    text = _read_first(f"/proc/{pid}/stat")
-    if text is None:
-        return None
-    fields = text.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
+
+
+def _is_zombie(pid: int) -> bool:
+    """A process that exited but was not reaped yet: ``kill(pid, 0)`` still succeeds on it."""
+    fields = _stat_fields(pid)
+    return fields is not None and len(fields) > 0 and fields[0] in ("Z", "X")
 
 
 def _pid_namespace() -> str | None:
@@ -119,6 +128,8 @@ class Owner:
             return True
         except PermissionError:
             return False  # exists, owned by someone else
+        if _is_zombie(self.pid):
+            return True  # exited; only its parent has not collected it yet
         return self.process_start is not None and _process_start(self.pid) != self.process_start
 
     def describe(self) -> str:
@@ -159,9 +170,12 @@ class TableLock:
         self.timeout_s = timeout_s
         self.owner = Owner.this_process(operation, table, lease_s if lease_s is not None else _lease_s())
         self.generation: int | None = None
-        # Set when the lease was taken from a holder that may still be running.
+        # Set when the lease was taken from a holder that had not released it: who it was
+        # (None if its lease file could not be read), and whether it may still be running,
+        # in which case the caller must fence the journal before writing.
         self.took_over: Owner | None = None
         self.took_over_live: bool = False
+        self.took_over_path: str | None = None
         self._expires_at = 0.0
         self._lost = False
         self._stop = threading.Event()
@@ -211,6 +225,7 @@ class TableLock:
                     if lease is not None and not lease.released:
                         self.took_over = lease.owner
                         self.took_over_live = lease.owner is None or not lease.owner.is_dead()
+                        self.took_over_path = self._file(top, LEASE_SUFFIX)
                     self._cleanup(top + 1)
                     self._start_renewal()
                     return
@@ -266,6 +281,12 @@ class TableLock:
     def __exit__(self, *exc: Any) -> None:
         self.release()
 
+    def took_over_from(self) -> str:
+        """The holder this lock was taken from, for the fence entry and the log."""
+        if self.took_over is not None:
+            return self.took_over.describe()
+        return f"an unknown writer (its lease {self.took_over_path} could not be read)"
+
     # -- while held -------------------------------------------------------------------------
     def _start_renewal(self) -> None:
         self._stop.clear()
@@ -293,6 +314,16 @@ class TableLock:
             self._file(self.generation, HEARTBEAT_SUFFIX), json.dumps({"expires_at": expires})
         )
         self._expires_at = expires
+
+    def lost(self) -> bool:
+        """True if another writer has taken the lease over (a cheap listing; never raises)."""
+        if self._lost:
+            return True
+        try:
+            generations = self._generations()
+        except Exception:  # storage unreachable: cannot tell; check() decides before commit
+            return False
+        return self.generation is None or not generations or generations[-1] != self.generation
 
     def check(self) -> None:
         """Raise unless this process still holds the lock (called right before the commit point)."""

@@ -3,26 +3,32 @@
 Decides, per clause, the condition and the new value of every output column (``*``
 resolved by name, every value cast to the target type), which clause acts on a joined row
 (first whose condition holds; NULL counts as false), whether an update changes anything
-(null-safe), and what the ``on`` condition lets the scan prune. Every problem that needs
-the schemas — unknown columns, a not_matched clause reading the target, a non-boolean or
-non-deterministic condition, an impossible cast — is collected and raised once here,
-before any data is read.
+(null-safe, maps included), and what the ``on`` condition lets the scan prune. Every
+problem that needs the schemas — unknown columns, a not_matched clause reading the target,
+a non-boolean or non-deterministic condition, an aggregate or window function, an
+impossible cast — is collected and raised once here, before any data is read.
+
+Scan, rewrite and change feed evaluate these expressions in separate Spark jobs, so every
+expression must give the same value in each: non-deterministic ones are rejected, and
+``current_timestamp()`` and its relatives are pinned to the merge's commit time.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import reduce
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, DataType, NullType, StructField
+from pyspark.sql.types import ArrayType, BooleanType, DataType, MapType, NullType, StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
 from .errors import MergeSpecError
 from .spec import Clause, MergeSpec
+from .sqltext import UnpinnableTime, pin_time
 from .table import TargetTable
 
 PREFIX = "__rowmerge_"
@@ -51,7 +57,75 @@ def _char_limit(fld: StructField) -> int | None:
 
 def _short(exc: Exception) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "StackOverflowError" in str(exc):
+        return "the expression is nested too deeply for Spark's parser"
+    if text.startswith("An error occurred while calling"):  # py4j: the JVM's reason is next
+        lines = [ln.strip(": ") for ln in str(exc).splitlines()[1:] if ln.strip()]
+        text = lines[0] if lines else text
     return re.sub(r"\s*SQLSTATE: \w+", "", text)
+
+
+def _has_map(dtype: DataType) -> bool:
+    if isinstance(dtype, MapType):
+        return True
+    if isinstance(dtype, ArrayType):
+        return _has_map(dtype.elementType)
+    if isinstance(dtype, StructType):
+        return any(_has_map(f.dataType) for f in dtype.fields)
+    return False
+
+
+def comparable(col: Column, dtype: DataType) -> Column:
+    """``col`` in a form that ``<=>`` accepts: every map (at any depth) as its key-sorted entries.
+
+    Spark cannot compare maps; two maps are equal when they hold the same keys with equal
+    values, whatever their order, which is what sorted entry arrays compare.
+    """
+    if not _has_map(dtype):
+        return col
+    if isinstance(dtype, MapType):
+        key_type, value_type = dtype.keyType, dtype.valueType
+        return F.array_sort(
+            F.transform(
+                F.map_entries(col),
+                lambda e: F.struct(
+                    comparable(e["key"], key_type).alias("k"), comparable(e["value"], value_type).alias("v")
+                ),
+            )
+        )
+    if isinstance(dtype, ArrayType):
+        element = dtype.elementType
+        return F.transform(col, lambda x: comparable(x, element))
+    assert isinstance(dtype, StructType)
+    fields = [comparable(col[f.name], f.dataType).alias(f.name) for f in dtype.fields]
+    return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+
+
+# Plan nodes an expression adds when it is not evaluated row by row.
+NOT_ROW_BY_ROW = {
+    "Aggregate": "an aggregate function",
+    "Window": "a window function",
+    "Generate": "a generator (explode and the like)",
+}
+
+
+def _node_classes(jplan: Any) -> list[str]:
+    out, stack = [], [jplan]
+    while stack:
+        node = stack.pop()
+        out.append(str(node.getClass().getSimpleName()))
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return out
+
+
+def _not_row_by_row(probe: DataFrame, base: list[str]) -> str | None:
+    """What in ``probe`` (a select over a frame with plan nodes ``base``) is not row by row."""
+    classes = _node_classes(probe._jdf.queryExecution().analyzed())
+    for cls, what in NOT_ROW_BY_ROW.items():
+        if classes.count(cls) > base.count(cls):
+            return what
+    return None
 
 
 @dataclass
@@ -131,7 +205,11 @@ class MergePlan:
 
     def changed(self, rc: ResolvedClause) -> Column:
         """True if the update writes a value different (null-safe) from the old one."""
-        diffs = [~self.old(name).eqNullSafe(value) for name, value in rc.values.items()]
+        types = {f.name: f.dataType for f in self.output_fields}
+        diffs = [
+            ~comparable(self.old(name), types[name]).eqNullSafe(comparable(value, types[name]))
+            for name, value in rc.values.items()
+        ]
         if not diffs:
             return F.lit(False)
         out = diffs[0]
@@ -224,7 +302,7 @@ def _key_pair(conj: Any, ta: str, sa: str) -> tuple[str, str] | None:
     for t_side, s_side in ((conj.left(), conj.right()), (conj.right(), conj.left())):
         tcol, scol = _qualified_column(t_side, ta), _qualified_column(s_side, sa)
         if tcol is not None and scol is not None:
-            return tcol, f"`{sa}`.`{scol}`"
+            return tcol, q(sa, scol)
     return None
 
 
@@ -238,6 +316,7 @@ class OnAnalysis:
 def analyze_on(
     spark: Any, on: str, ta: str, sa: str, target: TargetTable, s_ctx: DataFrame, t_ctx: DataFrame
 ) -> OnAnalysis:
+    """(``on`` is the pinned text: see :func:`build_plan`.)"""
     """What `on` lets the scan prune: `target.col = source.col` conjuncts and target-only ones."""
     parsed = spark._jsparkSession.sessionState().sqlParser().parseExpression(on)
     key_pairs: list[tuple[str, str]] = []
@@ -264,9 +343,24 @@ def analyze_on(
     return OnAnalysis(key_pairs, target_only, _columns_of(parsed, ta))
 
 
-def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_df: DataFrame) -> MergePlan:
-    """Resolve every clause against the schemas; raise MergeSpecError listing all problems."""
+def build_plan(
+    spec: MergeSpec, target: TargetTable, source: DataFrame, target_df: DataFrame, commit_time: datetime
+) -> MergePlan:
+    """Resolve every clause against the schemas; raise MergeSpecError listing all problems.
+
+    Time functions in every expression read ``commit_time`` (see the module doc); messages
+    quote the expressions as the user wrote them.
+    """
     problems: list[str] = []
+    column_names = [*source.columns, *target_df.columns]
+
+    def pinned(text: str, what: str) -> str | None:
+        try:
+            return pin_time(text, commit_time, column_names)
+        except UnpinnableTime as exc:
+            problems.append(f"{what} ({text}): {exc}")
+            return None
+
     ta, sa = spec.target_alias, spec.source_alias
     s_ctx = source.alias(sa)
     t_ctx = target_df.alias(ta)
@@ -289,34 +383,53 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
     output_fields = data_fields + new_fields + part_fields
 
     # `on`: must resolve over both sides, be boolean and deterministic.
+    on_text = pinned(spec.on, "`on`")
+    if on_text is None:
+        raise MergeSpecError(problems)
     try:
-        on_col = F.expr(spec.on)
+        on_col = F.expr(on_text)
         joined = s_ctx.join(t_ctx, on_col, "inner")
         if not joined._jdf.queryExecution().analyzed().deterministic():
             problems.append(f"`on` ({spec.on}) is non-deterministic; a merge condition must be repeatable")
-    except AnalysisException as exc:
+    except Exception as exc:  # AnalysisException, or the parser giving up (py4j)
         if "NON_DETERMINISTIC" in str(exc):
             problems.append(f"`on` ({spec.on}) is non-deterministic; a merge condition must be repeatable")
         else:
             problems.append(f"`on` ({spec.on}) cannot be resolved: {_short(exc)}")
         raise MergeSpecError(problems) from None
+    base_nodes = {
+        id(ctx): _node_classes(ctx._jdf.queryExecution().analyzed()) for ctx in (s_ctx, t_ctx, joined)
+    }
 
     def check(
         ctx: DataFrame, text: str, what: str, boolean: bool, scope_hint: str | None
     ) -> tuple[Column, DataType] | None:
         """Resolve ``text`` in ``ctx``; return the column and its type, or record the problem."""
+        expr_text = pinned(text, what)
+        if expr_text is None:
+            return None
         try:
-            col = F.expr(text)
+            col = F.expr(expr_text)
             probe = ctx.select(col.alias("v"))
         except AnalysisException as exc:
             if scope_hint is not None:
                 try:
-                    joined.select(F.expr(text))
+                    joined.select(F.expr(expr_text))
                     problems.append(f"{what} ({text}) may reference only {scope_hint}")
                     return None
-                except AnalysisException:
+                except Exception:
                     pass
             problems.append(f"{what} ({text}) cannot be resolved: {_short(exc)}")
+            return None
+        except Exception as exc:  # the parser or analyzer gave up (py4j error)
+            problems.append(f"{what} ({text}) cannot be analysed: {_short(exc)}")
+            return None
+        kind = _not_row_by_row(probe, base_nodes[id(ctx)])
+        if kind is not None:
+            problems.append(
+                f"{what} ({text}) uses {kind}, which a merge cannot evaluate row by row; compute it "
+                "in the model SQL and refer to that source column"
+            )
             return None
         dtype = probe.schema.fields[0].dataType
         if boolean and not isinstance(dtype, (BooleanType, NullType)):
@@ -411,7 +524,7 @@ def build_plan(spec: MergeSpec, target: TargetTable, source: DataFrame, target_d
                         rc.values[match[0].name] = cast_to(*value, text, ctx, match[0], label)
         resolved[clause.when].append(rc)
 
-    on_info = analyze_on(source.sparkSession, spec.on, ta, sa, target, s_ctx, t_ctx)
+    on_info = analyze_on(source.sparkSession, on_text, ta, sa, target, s_ctx, t_ctx)
 
     if problems:
         raise MergeSpecError(problems)

@@ -18,7 +18,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .plan import FILE, NO_ACTION, ROW, SRC_ID, MergePlan
+from .plan import FILE, NO_ACTION, ROW, SRC_ID, MergePlan, q
 from .scan import ScanResult, target_frame
 from .source import MaterializedSource
 from .storage import Storage
@@ -129,7 +129,9 @@ def write_changes(
     if plan.not_matched and (scan is None or scan.inserted > 0):
         inserts = inserted_rows(plan, source, target, scan)
         if pcols:
-            inserts = inserts.repartition(*pcols)  # one file per partition value (AQE-sized)
+            inserts = inserts.repartition(
+                *[F.col(q(c)) for c in pcols]
+            )  # one file per partition value (AQE-sized)
         else:
             expected = scan.inserted if scan is not None else source.num_rows
             inserts = inserts.coalesce(files_for(expected))
@@ -168,4 +170,4 @@ def staged_files(
             storage.delete(path)
             continue
         out.append(StagedFile(path, f.size, counts[path]))
-    return out, {storage.qualify(p): counts[storage.qualify(p)] for p in removed}
+    return out, {q: counts[q] for q in map(storage.qualify, removed)}

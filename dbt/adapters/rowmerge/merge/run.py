@@ -3,16 +3,25 @@
 
 1. spec      validate the clause spec (no Spark needed)
 2. lock      take the table's writer lock, waiting up to ``lock_timeout_s``
-3. recover   finish (or roll back) an interrupted earlier commit; describe the target as it is now
-4. plan      resolve clauses against the schemas (all config errors raise here)
+3. recover   finish an interrupted earlier commit; describe the target from the catalog as it
+             is now (never from this session's cached relation: another session may have
+             added a column, and a rewrite must never drop one)
+4. plan      resolve clauses against the schemas (all config errors raise here); time
+             functions are pinned to the commit time chosen here
 5. source    materialize the source once, collect key statistics
 6. scan      find touched files and check cardinality in one job (skipped for insert-only)
 7. rewrite   write rewritten touched files + inserts into the commit's staging folder
 8. cdf       write the change rows into the same staging folder (with ``change_data_feed``)
-9. journal   commit (create the planned entry), then move files into place and delete replaced ones
+9. journal   validate the entry as recovery will; check the lock, that no file the merge read
+             changed and that no column appeared; add evolved columns to the catalog; then
+             commit (create the planned entry), move files into place, delete replaced ones
 
 Nothing under the table's data paths changes before step 9's commit point; any error before
 it removes the staging folder and leaves the table (and its change feed) exactly as it was.
+(Schema evolution's ``ALTER TABLE ... ADD COLUMNS`` is the last step before the entry: only
+the catalog can tell whether it accepts a column, and a statement that fails after the
+commit point would fail again on every replay.) An error after the commit point raises
+:class:`MergeCommittedError`: the merge is durable and recovery completes it.
 """
 
 from __future__ import annotations
@@ -36,11 +45,13 @@ from .cdf import (
     prepare_changes_table,
     write_change_feed,
 )
-from .errors import CastError
+from .errors import CastError, ConcurrentMergeError, MergeCommittedError, MergeError, UnsupportedTableError
 from .journal import (
     CDF_DIR,
     DATA_DIR,
-    ENTRY_FORMAT,
+    Entry,
+    FeedFiles,
+    FileEntry,
     Journal,
     Recovery,
     fault_point,
@@ -56,8 +67,9 @@ from .rewrite import StagedFile, write_changes
 from .scan import FileStats, ScanResult, find_touched_files, pruned_target, release
 from .source import MaterializedSource, materialize, read_source
 from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
+from .sqltext import sql_type
 from .storage import FileInfo, storage_for
-from .table import TargetTable, load_target, table_files
+from .table import TargetTable, add_columns, load_target, new_column_ddl, table_files
 
 logger = logging.getLogger("rowmerge")
 
@@ -78,7 +90,8 @@ class Commit:
     version: int
     snapshot: dict[str, FileInfo]
     changes: ChangesTable | None
-    initial: dict[str, Any] | None  # version 0 to write first, for a table without a journal
+    initial: Entry | None  # version 0 to write first, for a table without a journal
+    time: datetime  # the entry's timestamp, _commit_timestamp, and what current_timestamp() reads
 
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
@@ -88,27 +101,35 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
         parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
         journal = _journal(spark, load_target(spark, parsed.target).location)
         with _lock(journal, parsed.target, "MERGE", parsed.lock_timeout_s) as lock:
-            _recover(spark, journal, lock, parsed.target)
-            # Described only now: a writer we waited for may have changed the schema.
+            # Described only now, under the lock: a writer we waited for, or another
+            # session, may have changed the schema (load_target refreshes the relation).
             target = load_target(spark, parsed.target)
-            spark.catalog.refreshTable(target.name)
+            if _recover(spark, journal, lock, target).rolled_forward:
+                target = load_target(spark, parsed.target)  # recovery may have added columns
             versions = journal.versions()
             snapshot = journal.snapshot()
             initial = None if versions else _initial_entry(spark, target, journal, "CONVERT", snapshot)
 
+            commit_time = utc_now()
             raw_source = read_source(spark, parsed.source)
-            plan = build_plan(parsed, target, raw_source, target.read(spark))
+            plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
             changes = prepare_changes_table(spark, plan, journal.storage) if parsed.change_data_feed else None
 
             logger.info("rowmerge: materializing source %s", parsed.source)
             with timed(metrics, "materializeSourceTimeMs"):
                 source = materialize(spark, plan, raw_source)
             metrics["numSourceRows"] = source.num_rows
-            commit = Commit((versions[-1] if versions else 0) + 1, snapshot, changes, initial)
+            commit = Commit((versions[-1] if versions else 0) + 1, snapshot, changes, initial, commit_time)
             try:
                 version = _merge(spark, plan, source, journal, lock, commit, metrics)
+            except (MergeError, MergeCommittedError):
+                raise
             except Exception as exc:
                 _raise_cast_error(exc, target)
+                if lock.lost():
+                    # Paused past its lease: the new holder's recovery removed our staging,
+                    # which is what made this fail. Say so instead of the raw error.
+                    lock.check()
                 raise
             finally:
                 source.df.unpersist()
@@ -117,23 +138,23 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
     return result
 
 
-def _recover(spark: SparkSession, journal: Journal, lock: TableLock, table: str) -> Recovery:
+def _recover(spark: SparkSession, journal: Journal, lock: TableLock, target: TargetTable) -> Recovery:
     """Under the lock: fence out a holder that may still run, then recover."""
-    if lock.took_over is not None and lock.took_over_live:
+    if lock.took_over_live:
         if not journal.versions():  # keep version 0 the table as found, before the fence
-            target = load_target(spark, table)
             journal.write_initial(_initial_entry(spark, target, journal, "CONVERT", journal.snapshot()))
-        version = journal.fence(table, f"lock taken over from {lock.took_over.describe()}")
+        holder = lock.took_over_from()
+        version = journal.fence(target.name, f"lock taken over from {holder}")
         logger.warning(
             "rowmerge: took over the expired lock of %s on %s; committed fence version %d so that "
             "writer can no longer commit",
-            lock.took_over.describe(),
-            table,
+            holder,
+            target.name,
             version,
         )
-    done = journal.recover(spark, table)
+    done = journal.recover(spark, target)
     if done:
-        logger.info("rowmerge: recovered %s: %s", table, done.describe())
+        logger.info("rowmerge: recovered %s: %s", target.name, done.describe())
     return done
 
 
@@ -172,7 +193,7 @@ def _merge(
             return commit.version - 1
         fault_point("staged_data")
 
-        timestamp = utc_now()
+        timestamp = commit.time
         feed: list[StagedFile] = []
         if commit.changes is not None:
             logger.info("rowmerge: writing change feed rows for %s", commit.changes.name)
@@ -187,14 +208,20 @@ def _merge(
 
         logger.info("rowmerge: committing %d new, %d replaced file(s)", len(staged), len(removed))
         with timed(metrics, "commitTimeMs"):
-            entry = _entry(
-                plan, journal, txn, commit, timestamp, data_dir, staged, removed, removed_rows, feed, metrics
-            )
+            entry = _entry(plan, journal, txn, commit, data_dir, staged, removed, removed_rows, feed, metrics)
+            # Everything that can fail runs before the entry exists (see the module doc).
+            journal.check(entry, target)
             lock.check()
-            journal.commit(entry, commit.snapshot, commit.initial)
+            journal.check_unchanged(entry, commit.snapshot)
+            _check_columns_unchanged(spark, plan)
+            _add_evolved_columns(spark, plan, commit.changes)
+            journal.commit(entry, commit.initial)
             committed = True
             fault_point("entry")
-            journal.apply(spark, entry, target.name)
+            try:
+                journal.apply(spark, entry, target)
+            except Exception as exc:
+                raise MergeCommittedError(target.name, entry.version, exc) from exc
         return commit.version
     finally:
         release(scan)
@@ -233,61 +260,99 @@ def _entry(
     journal: Journal,
     txn: str,
     commit: Commit,
-    timestamp: datetime,
     data_dir: str,
     staged: list[StagedFile],
     removed: list[FileStats],
     removed_rows: dict[str, int],
     feed: list[StagedFile],
     metrics: MergeMetrics,
-) -> dict[str, Any]:
+) -> Entry:
     """The journal entry: everything recovery needs to finish the commit on its own."""
     storage = journal.storage
-    added = [
-        {"staged": f.path, "path": journal.final_path(data_dir, f.path), "size": f.size, "rows": f.rows}
-        for f in staged
-    ]
+    added = tuple(
+        FileEntry(journal.final_path(data_dir, f.path), f.size, f.rows, staged=f.path) for f in staged
+    )
     partitions: list[str] = []
     if plan.target.partition_columns:
-        rels = {str(a["path"])[len(journal.location) + 1 :] for a in added}
+        rels = {a.path[len(journal.location) + 1 :] for a in added}
         partitions = sorted({rel.rsplit("/", 1)[0] for rel in rels})
     cdf = None
     if commit.changes is not None and feed:
         partition = f"{COMMIT_VERSION}={commit.version}"
-        cdf = {
-            "table": commit.changes.name,
-            "location": commit.changes.location,
-            "partition": partition,
-            "columns": feed_schema(plan.output_fields).jsonValue(),
-            "files": [
-                {
-                    "staged": f.path,
-                    "path": f"{commit.changes.location}/{partition}/{f.path.rsplit('/', 1)[1]}",
-                    "size": f.size,
-                    "rows": f.rows,
-                }
+        cdf = FeedFiles(
+            table=commit.changes.name,
+            location=commit.changes.location,
+            partition=partition,
+            columns=feed_schema(plan.output_fields).jsonValue(),
+            files=tuple(
+                FileEntry(
+                    f"{commit.changes.location}/{partition}/{f.path.rsplit('/', 1)[1]}",
+                    f.size,
+                    f.rows,
+                    staged=f.path,
+                )
                 for f in feed
-            ],
-        }
-    return {
-        "format": ENTRY_FORMAT,
-        "version": commit.version,
-        "table": plan.target.name,
-        "operation": "MERGE",
-        "timestamp": iso(timestamp),
-        "txn": txn,
-        "read_version": commit.version - 1,
-        "spec_digest": spec_digest(plan.spec.raw or {}),
-        "added": added,
-        "removed": [
-            {"path": path, "size": size, "rows": removed_rows[path]}
+            ),
+        )
+    return Entry(
+        version=commit.version,
+        table=plan.target.name,
+        operation="MERGE",
+        timestamp=iso(commit.time),
+        txn=txn,
+        read_version=commit.version - 1,
+        spec_digest=spec_digest(plan.spec.raw or {}),
+        added=added,
+        removed=tuple(
+            FileEntry(path, size, removed_rows[path])
             for path, size in sorted((storage.from_spark_path(f.path), f.size) for f in removed)
-        ],
-        "partitions": partitions,
-        "new_columns": [{"name": f.name, "type": f.dataType.simpleString()} for f in plan.new_fields],
-        "cdf": cdf,
-        "metrics": metrics.as_dict(),
-    }
+        ),
+        partitions=tuple(partitions),
+        new_columns=tuple(new_column_ddl(plan.new_fields)),
+        cdf=cdf,
+        metrics=metrics.as_dict(),
+    )
+
+
+def _check_columns_unchanged(spark: SparkSession, plan: MergePlan) -> None:
+    """Abort if the table gained a column while the merge ran: its rewrite would drop it."""
+    now = load_target(spark, plan.target.name)
+    written = {f.name.lower() for f in plan.output_fields}
+    added = [c for c in now.columns if c.lower() not in written]
+    if added:
+        raise ConcurrentMergeError(
+            f"MERGE into {plan.target.name} aborted: column(s) {', '.join(added)} were added to the "
+            "table while the merge ran, and the rewritten files would not have them. Nothing was "
+            "changed; run the model again."
+        )
+
+
+def _add_evolved_columns(spark: SparkSession, plan: MergePlan, changes: ChangesTable | None) -> None:
+    """Give the change table every column its rows carry, and the target its evolved ones.
+
+    Runs just before the commit point: only the catalog can tell whether it accepts a
+    column (a Hive metastore refuses some nested names on a table it stores in Hive's own
+    format), and a refusal here fails the merge instead of every replay after the commit.
+    """
+    if changes is not None:
+        feed = [(f.name, sql_type(f.dataType)) for f in feed_schema(plan.output_fields).fields]
+        _add_columns_or_fail(spark, plan, changes.ident, changes.name, feed)
+    _add_columns_or_fail(spark, plan, plan.target.ident, plan.target.name, new_column_ddl(plan.new_fields))
+
+
+def _add_columns_or_fail(
+    spark: SparkSession, plan: MergePlan, ident: str, name: str, columns: list[tuple[str, str]]
+) -> None:
+    try:
+        add_columns(spark, ident, columns)
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnsupportedTableError(
+            f"MERGE into {plan.target.name} cannot add column(s) {', '.join(n for n, _ in columns)} "
+            f"to {name}: the catalog refused ({reason}). Nothing was changed. Rename the column(s) "
+            "or their nested fields in the model SQL (letters, digits and underscores are accepted "
+            "everywhere), or turn schema evolution off."
+        ) from None
 
 
 def _initial_entry(
@@ -296,31 +361,38 @@ def _initial_entry(
     journal: Journal,
     operation: str,
     snapshot: Mapping[str, FileInfo],
-) -> dict[str, Any]:
-    """Version 0: the table's files as dbt created them (or as the first merge found them)."""
-    files = table_files(target, journal.storage, snapshot)
-    return {
-        "format": ENTRY_FORMAT,
-        "version": 0,
-        "table": target.name,
-        "operation": operation,
-        "timestamp": iso(utc_now()),
-        "added": files,
-        "removed": [],
-        "metrics": {
+) -> Entry:
+    """Version 0: the table's files as dbt created them (or as the first merge found it)."""
+    files = tuple(
+        FileEntry(f["path"], f["size"], f["rows"]) for f in table_files(target, journal.storage, snapshot)
+    )
+    return Entry(
+        version=0,
+        table=target.name,
+        operation=operation,
+        timestamp=iso(utc_now()),
+        added=files,
+        removed=(),
+        metrics={
             "numFiles": len(files),
-            "numOutputRows": sum(f["rows"] or 0 for f in files),
-            "numOutputBytes": sum(f["size"] for f in files),
+            "numOutputRows": sum(f.rows or 0 for f in files),
+            "numOutputBytes": sum(f.size for f in files),
         },
-    }
+    )
+
+
+# Our cast check as Spark reports it when it fires (the marker alone also appears in plan
+# text, which an unrelated error may quote).
+_RAISED_CAST = re.compile(
+    r"\[USER_RAISED_EXCEPTION\]\s*" + re.escape(CAST_ERROR_MARK) + r"\[(.*)\]\s*SQLSTATE"
+)
 
 
 def _raise_cast_error(exc: Exception, target: TargetTable) -> None:
     """Spark reports our cast check as a job failure; surface it as a CastError."""
-    text = str(exc)
-    if CAST_ERROR_MARK in text:
-        found = re.search(re.escape(CAST_ERROR_MARK) + r"\[(.*?)\]", text)
-        raise CastError(target.name, 1, found.group(1) if found else text.splitlines()[0]) from None
+    found = _RAISED_CAST.search(str(exc))
+    if found:
+        raise CastError(target.name, 1, found.group(1)) from None
 
 
 def recover(spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Recovery:
@@ -328,7 +400,7 @@ def recover(spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAUL
     target = load_target(spark, table_name)
     journal = _journal(spark, target.location)
     with _lock(journal, target.name, "RECOVER", lock_timeout_s) as lock:
-        return _recover(spark, journal, lock, target.name)
+        return _recover(spark, journal, lock, load_target(spark, table_name))
 
 
 def history(spark: SparkSession, table_name: str, limit: int | None = None) -> list[dict[str, Any]]:
@@ -354,7 +426,7 @@ def start_history(
     journal = _journal(spark, target.location)
     with _lock(journal, target.name, operation, lock_timeout_s):
         forgotten = journal.reset()
-        spark.catalog.refreshTable(target.name)
+        spark.catalog.refreshTable(target.ident)
         entry = _initial_entry(spark, target, journal, operation, journal.snapshot())
         journal.write_initial(entry)
         changes_removed = 0
@@ -364,8 +436,8 @@ def start_history(
     return {
         "version": 0,
         "operation": operation,
-        "files": entry["metrics"]["numFiles"],
-        "rows": entry["metrics"]["numOutputRows"],
+        "files": entry.metrics["numFiles"],
+        "rows": entry.metrics["numOutputRows"],
         "versions_forgotten": forgotten,
         "changes_table": change_data_feed,
         "changes_rows_removed": changes_removed,

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .errors import CardinalityViolation
-from .plan import FILE, NO_ACTION, ROW, SIZE, SRC_ID, MergePlan
+from .plan import FILE, NO_ACTION, ROW, SIZE, SRC_ID, MergePlan, q
 from .source import MaterializedSource, decode
 
 MAX_CARDINALITY_SAMPLES = 5
@@ -46,7 +46,7 @@ def pruned_target(spark: SparkSession, plan: MergePlan, source: MaterializedSour
         return df
     filters: list[Column] = []
     for tcol, stats in source.key_stats.items():
-        col = F.col(f"`{tcol}`")
+        col = F.col(q(tcol))
         dtype = plan.target.field(tcol).dataType
         if stats["min"] is None:  # empty source or only NULL keys: `=` matches nothing
             filters.append(F.lit(False))

@@ -8,6 +8,7 @@ collects the key statistics the scan uses to prune the target.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from pyspark.sql.types import (
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError
+from .table import sql_name
 from .plan import SRC_ID, SRC_PRESENT, MergePlan
 
 # A partition key with at most this many distinct source values is pruned with IN (...);
@@ -96,11 +98,15 @@ def _broadcast_threshold(spark: SparkSession) -> int:
 
 
 def read_source(spark: SparkSession, name: str) -> DataFrame:
+    """The source relation (its name was validated by the spec)."""
     try:
-        return spark.table(name)
+        return spark.table(sql_name(name))
     except AnalysisException as exc:
+        text = str(exc).strip()
+        reason = re.sub(r"\s*SQLSTATE: \w+", "", text.splitlines()[0]) if text else type(exc).__name__
         raise UnsupportedTableError(
-            f"MERGE source {name} cannot be read: {str(exc).splitlines()[0]}"
+            f"MERGE source {name} cannot be read: {reason}. Check the `source` name (dbt passes "
+            "the model's temporary view; a Python caller creates one with createOrReplaceTempView)."
         ) from None
 
 

@@ -8,11 +8,13 @@ schemas (column names, expression resolution) live in ``plan``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import MergeSpecError
+from .sqltext import check_path_safe, expression_problem, parse_name
 
 SPEC_VERSION = 1
 DEFAULT_TARGET_ALIAS = "DBT_INTERNAL_DEST"
@@ -120,6 +122,33 @@ def _is_str(value: Any) -> bool:
     return isinstance(value, str) and value.strip() != ""
 
 
+def _key_names(keys: Any, allowed: set[str]) -> list[str]:
+    """Keys outside ``allowed``, shown as written (a non-string key must not crash sorting)."""
+    return sorted(k if isinstance(k, str) else repr(k) for k in keys if k not in allowed)
+
+
+def _check_expression(text: str, what: str, problems: list[str]) -> None:
+    why = expression_problem(text)
+    if why is not None:
+        problems.append(f"{what} {why}; simplify it or compute the value in the model SQL")
+
+
+def _check_name(raw: Mapping[str, Any], key: str, problems: list[str]) -> None:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.strip():
+        return  # reported as missing
+    try:
+        parse_name(value)
+    except ValueError as exc:
+        hint = (
+            " The source is the name of a table or view; to merge a query, create a temporary "
+            "view of it first"
+            if key == "source"
+            else ""
+        )
+        problems.append(f"`{key}` ({value!r}) is not a valid table name: {exc}.{hint}")
+
+
 def _check_assignments(
     key: str, value: Any, where: str, problems: list[str]
 ) -> tuple[tuple[str, str], ...] | None:
@@ -129,19 +158,26 @@ def _check_assignments(
         out = []
         for col, expr in value.items():
             if not _is_str(col):
-                problems.append(f"{where}: `{key}` has an empty column name")
-            elif not isinstance(expr, (str, int, float, bool)) or (
-                isinstance(expr, str) and not expr.strip()
+                problems.append(f"{where}: `{key}` column names must be non-empty strings, got {col!r}")
+            elif (
+                not isinstance(expr, (str, int, float, bool))
+                or (isinstance(expr, str) and not expr.strip())
+                or (isinstance(expr, float) and not math.isfinite(expr))
             ):
                 problems.append(f"{where}: `{key}` value for column '{col}' must be a SQL expression string")
             else:
                 text = str(expr).lower() if isinstance(expr, bool) else str(expr)
+                _check_expression(text, f"{where}: `{key}` value for column '{col}'", problems)
                 out.append((str(col), text))
         return tuple(out)
     problems.append(
         f'{where}: `{key}` must be "*" or a mapping of target column to SQL expression, got {value!r}'
     )
     return None
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def static_problems(raw: Mapping[str, Any]) -> list[str]:
@@ -159,18 +195,22 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
     if not isinstance(raw, Mapping):
         raise MergeSpecError([f"the spec must be a mapping, got {type(raw).__name__}"])
 
-    unknown = sorted(set(raw) - TOP_LEVEL_KEYS)
+    unknown = _key_names(raw, TOP_LEVEL_KEYS)
     if unknown:
         problems.append(
             f"unknown spec key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(TOP_LEVEL_KEYS))}"
         )
     version = raw.get("version", SPEC_VERSION)
-    if version != SPEC_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version != SPEC_VERSION:
         problems.append(f"`version` must be {SPEC_VERSION}, got {version!r}")
     for key in ("target", "source", "on"):
         if not _is_str(raw.get(key)):
             hint = " (set `unique_key`, or write `on` in merge_clauses config)" if key == "on" else ""
             problems.append(f"`{key}` is required and must be a non-empty string{hint}")
+    _check_name(raw, "target", problems)
+    _check_name(raw, "source", problems)
+    if _is_str(raw.get("on")):
+        _check_expression(raw["on"], f"`on` ({_shorten(raw['on'])})", problems)
     target_alias = raw.get("target_alias") or DEFAULT_TARGET_ALIAS
     source_alias = raw.get("source_alias") or DEFAULT_SOURCE_ALIAS
     for key, alias in (("target_alias", target_alias), ("source_alias", source_alias)):
@@ -187,8 +227,13 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
         if not isinstance(raw.get(key, default), bool):
             problems.append(f"`{key}` must be true or false, got {raw.get(key)!r}")
     lock_timeout = raw.get("lock_timeout_s", DEFAULT_LOCK_TIMEOUT_S)
-    if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or lock_timeout < 0:
-        problems.append(f"`lock_timeout_s` must be a number of seconds >= 0, got {lock_timeout!r}")
+    if (
+        isinstance(lock_timeout, bool)
+        or not isinstance(lock_timeout, (int, float))
+        or not math.isfinite(lock_timeout)
+        or lock_timeout < 0
+    ):
+        problems.append(f"`lock_timeout_s` must be a finite number of seconds >= 0, got {lock_timeout!r}")
 
     cdf = raw.get("change_data_feed")
     if cdf is not None and not (
@@ -198,6 +243,13 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
             f"`change_data_feed` must be null or a mapping with one key, `table` (the change "
             f"table's name), got {cdf!r}"
         )
+    elif cdf is not None:
+        try:
+            check_path_safe(parse_name(cdf["table"]))
+        except ValueError as exc:
+            problems.append(
+                f"`change_data_feed` table {cdf['table']!r} is not a valid name for a new table: {exc}"
+            )
 
     clauses = _parse_clauses(raw.get("clauses"), problems)
     if problems:
@@ -229,7 +281,7 @@ def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
         if not isinstance(rc, Mapping):
             problems.append(f"{where}: each clause must be a mapping, got {rc!r}")
             continue
-        extra = sorted(set(rc) - CLAUSE_KEYS)
+        extra = _key_names(rc, CLAUSE_KEYS)
         if extra:
             problems.append(
                 f"{where}: unknown key(s) {', '.join(extra)}; a clause has "
@@ -262,6 +314,8 @@ def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
             else:
                 problems.append(f"{where}: `condition` must be a SQL boolean expression string")
                 condition = None
+        if isinstance(condition, str):
+            _check_expression(condition, f"{where}: `condition`", problems)
         assignments: tuple[tuple[str, str], ...] | None = None
         if action == "update":
             if "values" in rc:

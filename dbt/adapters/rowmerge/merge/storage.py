@@ -3,11 +3,14 @@
 Going through Hadoop (not ``os``) means every filesystem Spark can write to — local, HDFS,
 s3a, abfs, gs — works with Spark's own configuration and credentials. The journal and the
 lock need exactly these operations: list, stat, rename, delete, read/write small text, and
-one that must be atomic, ``create_if_absent`` (the commit point). Hadoop's local filesystem
-implements ``create(overwrite=false)`` as check-then-create, which two processes can both
-pass; for ``file:`` paths the new file is therefore published with ``link(2)``, which the
-kernel makes atomic and which never exposes a half-written file. On HDFS ``create`` with
-``overwrite=false`` is atomic at the NameNode.
+one that must be atomic, ``create_if_absent`` (the commit point). It publishes a file whole
+or not at all, so a reader never sees half an entry: the text is written to a hidden
+temporary file next to the target, which is then linked (``file:``, ``link(2)``: atomic, fails
+if the name exists) or renamed into place (HDFS and ABFS rename atomically and refuse an
+existing target; object stores copy, which is whole but not exclusive, so they are
+single-writer only). Hadoop's own ``create(overwrite=false)`` is not used for this: the local
+filesystem implements it as check-then-create, and on HDFS a writer that dies mid-write
+leaves a torn file under the final name.
 """
 
 from __future__ import annotations
@@ -202,17 +205,15 @@ class HadoopStorage(Storage):
             return _create_local_if_absent(local, text)
         jp = self._path(qualified)
         fs = self._fs(jp)
+        if fs.exists(jp):
+            return False
+        tmp = self._path(f"{jp.getParent().toString()}/.{jp.getName()}.{uuid.uuid4().hex}.tmp")
+        self.write_text(str(tmp.toString()), text)
         try:
-            stream = fs.create(jp, False)
-        except Exception as exc:  # py4j wraps FileAlreadyExistsException
-            if "FileAlreadyExists" in str(exc) or fs.exists(jp):
-                return False
-            raise
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
+            return bool(fs.rename(tmp, jp))  # False if the name exists by now
         finally:
-            stream.close()
-        return True
+            if fs.exists(tmp):
+                fs.delete(tmp, False)
 
     def write_text(self, path: str, text: str) -> None:
         jp = self._path(path)
@@ -240,8 +241,9 @@ class HadoopStorage(Storage):
         if file_format not in ("parquet", "orc"):
             raise ValueError(f"cannot count rows of {file_format!r} files")
         footer = self._parquet_rows if file_format == "parquet" else self._orc_rows
-        rows = {self.qualify(p): 0 for p, size in sizes.items() if size == 0}
-        todo = sorted({self.qualify(p) for p, size in sizes.items() if size != 0})
+        qualified = {self.qualify(p): size for p, size in sizes.items()}
+        rows = {p: 0 for p, size in qualified.items() if size == 0}
+        todo = sorted(p for p, size in qualified.items() if size != 0)
         if len(todo) <= FOOTER_THREADS:
             rows.update((p, footer(p)) for p in todo)
         else:

@@ -1,13 +1,16 @@
 """The target table as the engine sees it: location, file format, columns, partitioning.
 
-Read once from the catalog at the start of a merge; every later phase uses this snapshot.
-Only plain file tables qualify: Parquet or ORC data-source tables (what dbt-spark creates)
-and Hive-serde tables stored as Parquet/ORC.
+Read from the catalog under the merge's lock (so a column another session added is seen);
+every later phase uses this snapshot. Only plain file tables qualify: Parquet or ORC
+data-source tables (what dbt-spark creates) and Hive-serde tables stored as Parquet/ORC.
+The catalog is read through ``DESCRIBE TABLE EXTENDED ... AS JSON`` (Spark 4), never by
+parsing the human-readable layout, in which a column may be named like a section header.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -17,6 +20,7 @@ from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError
+from .sqltext import parse_name, quote, quote_name, sql_string, sql_type
 from .storage import FileInfo, Storage
 
 SUPPORTED_FORMATS = ("parquet", "orc")
@@ -24,9 +28,15 @@ HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 LAKEHOUSE_FORMATS = ("delta", "iceberg", "hudi")
 
 
+def sql_name(name: str) -> str:
+    """A table name as back-quoted SQL text (ValueError if it is not a table name)."""
+    return quote_name(parse_name(name))
+
+
 @dataclass(frozen=True)
 class TargetTable:
-    name: str
+    name: str  # as the user wrote it, for messages
+    ident: str  # back-quoted, for SQL text and the catalog API
     location: str
     file_format: str  # parquet | orc
     schema: StructType  # data columns, then partition columns (Spark's order)
@@ -51,60 +61,54 @@ class TargetTable:
         return self.file_format == "parquet"
 
     def read(self, spark: SparkSession) -> DataFrame:
-        return spark.table(self.name)
+        return spark.table(self.ident)
 
 
 @dataclass(frozen=True)
 class Description:
-    """What ``DESCRIBE TABLE EXTENDED`` says: the detail fields and the partition columns."""
+    """What the catalog says about a table (``DESCRIBE TABLE EXTENDED ... AS JSON``)."""
 
-    info: dict[str, str]
+    table_type: str  # MANAGED, EXTERNAL, VIEW
+    provider: str  # lower case: parquet, orc, hive, csv, delta, ... ("" for views)
+    serde: str  # lower case
+    location: str  # as the catalog stores it ("" for views)
     partition_columns: tuple[str, ...]
 
 
-def describe_table(spark: SparkSession, name: str) -> Description:
-    """One ``DESCRIBE TABLE EXTENDED`` (raises AnalysisException if there is no such table).
-
-    The partition columns come from its "# Partition Information" section, which saves the
-    much slower ``spark.catalog.listColumns``.
-    """
-    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
-    info: dict[str, str] = {}
-    partition_columns: list[str] = []
-    section = ""
-    for r in rows:
-        key = (r[0] or "").strip()
-        if key.startswith("#"):
-            section = key if key != "# col_name" else section
-            continue
-        if not key:
-            section = "" if section == "# Partition Information" else section
-            continue
-        if section == "# Partition Information":
-            partition_columns.append(str(r[0]))
-        elif section.startswith("# Detailed Table Information"):
-            info[key] = (r[1] or "").strip()
-    return Description(info, tuple(partition_columns))
+def describe_table(spark: SparkSession, ident: str) -> Description:
+    """Describe the table ``ident`` (back-quoted SQL name); AnalysisException if it does not exist."""
+    text = spark.sql(f"DESCRIBE TABLE EXTENDED {ident} AS JSON").collect()[0][0]
+    info: dict[str, Any] = json.loads(text)
+    return Description(
+        table_type=str(info.get("type") or "").upper(),
+        provider=str(info.get("provider") or "").lower(),
+        serde=str(info.get("serde_library") or "").lower(),
+        location=str(info.get("location") or ""),
+        partition_columns=tuple(str(c) for c in info.get("partition_columns") or ()),
+    )
 
 
 def load_target(spark: SparkSession, name: str) -> TargetTable:
     """Describe ``name``; raise UnsupportedTableError with the fix if it cannot be merged into."""
     try:
-        described = describe_table(spark, name)
+        ident = sql_name(name)
+    except ValueError as exc:
+        raise UnsupportedTableError(f"MERGE target {name!r} is not a valid table name: {exc}.") from None
+    try:
+        described = describe_table(spark, ident)
     except AnalysisException as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnsupportedTableError(
-            f"MERGE target {name} does not exist or cannot be read: {exc}. Create it first "
+            f"MERGE target {name} does not exist or cannot be read: {reason}. Create it first "
             "(dbt does this on the first run) or check the `target` name."
         ) from None
-    info = described.info
-    table_type = info.get("Type", "").upper()
+    table_type = described.table_type
     if table_type == "VIEW":
         raise UnsupportedTableError(
             f"MERGE target {name} is a view; row_level_merge rewrites table files. "
             "Materialize the model as an incremental table."
         )
-    provider = info.get("Provider", "").lower()
-    serde = info.get("Serde Library", "").lower()
+    provider, serde = described.provider, described.serde
     if provider in SUPPORTED_FORMATS:
         file_format = provider
     elif provider == "hive" and ("parquet" in serde or "orc" in serde):
@@ -120,13 +124,17 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
             f"(serde {serde or 'none'}); row_level_merge supports only Parquet and ORC tables "
             "(file_format='parquet' or 'orc')."
         )
-    location = info.get("Location")
+    location = described.location
     if not location:
         raise UnsupportedTableError(f"MERGE target {name} has no Location in the catalog.")
     partition_columns = described.partition_columns
-    schema = spark.table(name).schema
+    # The session caches a table's relation (with its schema) once read; another session
+    # may have added columns since. Read the catalog's schema, not the cached one.
+    spark.catalog.refreshTable(ident)
+    schema = spark.table(ident).schema
     return TargetTable(
         name=name,
+        ident=ident,
         location=location.rstrip("/"),
         file_format=file_format,
         schema=schema,
@@ -140,32 +148,60 @@ def table_files(target: TargetTable, storage: Storage, files: Mapping[str, FileI
     return [{"path": path, "size": info.size, "rows": rows[path]} for path, info in sorted(files.items())]
 
 
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def add_columns(spark: SparkSession, table: str, columns: list[Mapping[str, str]]) -> None:
-    """Add the columns ``table`` does not have yet (schema evolution, replayed safely)."""
-    existing = {f.name.lower() for f in spark.table(table).schema.fields}
-    missing = [c for c in columns if c["name"].lower() not in existing]
+def add_columns(spark: SparkSession, ident: str, columns: Sequence[tuple[str, str]]) -> list[str]:
+    """Add the columns (name, type DDL) the table ``ident`` lacks; return their names (repeatable)."""
+    if not columns:
+        return []
+    spark.catalog.refreshTable(ident)
+    existing = {f.name.lower() for f in spark.table(ident).schema.fields}
+    missing = [(name, ddl) for name, ddl in columns if name.lower() not in existing]
     if missing:
-        cols = ", ".join(f"`{c['name']}` {c['type']}" for c in missing)
-        spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({cols})")
+        cols = ", ".join(f"{quote(name)} {ddl}" for name, ddl in missing)
+        spark.sql(f"ALTER TABLE {ident} ADD COLUMNS ({cols})")
+        spark.catalog.refreshTable(ident)
+    return [name for name, _ in missing]
 
 
-def register_partitions(spark: SparkSession, table: str, partitions: list[str]) -> None:
+def new_column_ddl(fields: Sequence[StructField]) -> list[tuple[str, str]]:
+    """Columns added by schema evolution as (name, type DDL): nullable, whatever the source said."""
+    return [(f.name, sql_type(f.dataType)) for f in fields]
+
+
+def create_table_at(
+    spark: SparkSession, ident: str, schema: StructType, partition_by: Sequence[str], location: str
+) -> None:
+    """Register a Parquet table over ``location`` (its partitions found from the folders)."""
+    cols = ", ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in schema.fields)
+    parts = f" PARTITIONED BY ({', '.join(quote(c) for c in partition_by)})" if partition_by else ""
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {ident} ({cols}) USING parquet{parts} LOCATION {sql_string(location)}"
+    )
+    if partition_by:
+        spark.sql(f"ALTER TABLE {ident} RECOVER PARTITIONS")
+
+
+def partition_values(rel: str) -> list[tuple[str, str]]:
+    """``a=1/b=x%2Fy`` -> [(a, 1), (b, x/y)]: a partition folder's columns and values."""
+    out = []
+    for seg in rel.strip("/").split("/"):
+        key, eq, value = seg.partition("=")
+        if not eq or not key:
+            raise ValueError(f"{rel!r} is not a partition path (segment {seg!r} has no name=value)")
+        out.append((unquote(key), unquote(value)))
+    return out
+
+
+def register_partitions(spark: SparkSession, ident: str, partitions: list[str]) -> None:
     """Add partition directories a merge created to the catalog (no-op if already there)."""
     if not partitions:
         return
     if any(HIVE_DEFAULT_PARTITION in p for p in partitions):
-        spark.sql(f"ALTER TABLE {table} RECOVER PARTITIONS")
+        spark.sql(f"ALTER TABLE {ident} RECOVER PARTITIONS")
         return
     specs = []
     for rel in partitions:
-        kvs = [seg.split("=", 1) for seg in rel.strip("/").split("/")]
-        specs.append(
-            "PARTITION (" + ", ".join(f"`{unquote(k)}` = {_sql_string(unquote(v))}" for k, v in kvs) + ")"
-        )
+        kvs = partition_values(rel)
+        specs.append("PARTITION (" + ", ".join(f"{quote(k)} = {sql_string(v)}" for k, v in kvs) + ")")
     # One statement per batch keeps the metastore round trips low.
     for i in range(0, len(specs), 100):
-        spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {' '.join(specs[i : i + 100])}")
+        spark.sql(f"ALTER TABLE {ident} ADD IF NOT EXISTS {' '.join(specs[i : i + 100])}")

@@ -1,0 +1,243 @@
+"""SQL text the engine builds or receives: names, types, and time functions.
+
+The engine prefers the DataFrame and catalog APIs, but a few statements exist only as SQL
+(``ALTER TABLE ... ADD COLUMNS``, ``ADD PARTITION``, ``DESCRIBE ... AS JSON``). Everything
+that goes into such text passes through here: table names are parsed strictly (a name such
+as ``db.t -- nightly`` is rejected, not silently read as ``db.t``) and every identifier is
+back-quoted, so no name or type can change the statement's meaning or make it fail later.
+
+User expressions (conditions, values, ``on``) are evaluated by several Spark jobs of one
+merge (scan, rewrite, change feed). Spark fixes ``current_timestamp()`` and its relatives
+once per *query*, so each job would see another instant and the table could disagree with
+its change feed. :func:`pin_time` replaces them with the merge's commit timestamp (the
+``_commit_timestamp`` of its change rows), as Spark does within one query.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+
+MAX_NAME_PARTS = 3  # catalog.database.table
+MAX_EXPRESSION_DEPTH = 200  # parentheses; deeper input overflows Spark's parser stack
+MAX_EXPRESSION_CHARS = 100_000
+
+_UNQUOTED_PART = re.compile(r"\w+")
+_WORD = re.compile(r"^\w+$")
+
+
+def quote(part: str) -> str:
+    """One identifier, back-quoted (a back-quote inside is doubled)."""
+    return "`" + part.replace("`", "``") + "`"
+
+
+def quote_name(parts: Iterable[str]) -> str:
+    return ".".join(quote(p) for p in parts)
+
+
+def parse_name(text: str) -> tuple[str, ...]:
+    """``db.t``, ``\\`db\\`.\\`t\\``` or ``catalog.db.t`` -> its parts; ValueError saying why not.
+
+    Unquoted parts are word characters only; a back-quoted part may hold anything (a
+    doubled back-quote stands for one). Nothing else is accepted: no spaces, comments,
+    semicolons or SQL around the name.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("it is empty")
+    s = text.strip()
+    parts: list[str] = []
+    i = 0
+    while True:
+        if i < len(s) and s[i] == "`":
+            j, part = i + 1, []
+            while True:
+                k = s.find("`", j)
+                if k < 0:
+                    raise ValueError("a back-quote is not closed")
+                part.append(s[j:k])
+                if s.startswith("``", k):
+                    part.append("`")
+                    j = k + 2
+                    continue
+                i = k + 1
+                break
+            name = "".join(part)
+            if not name:
+                raise ValueError("it has an empty part")
+            parts.append(name)
+        else:
+            m = _UNQUOTED_PART.match(s, i)
+            if not m:
+                shown = s[i : i + 20]
+                raise ValueError(
+                    f"it is not a table name (unexpected {shown!r}; write db.table, and back-quote "
+                    "parts with other characters)"
+                )
+            parts.append(m.group(0))
+            i = m.end()
+        if i == len(s):
+            break
+        if s[i] != ".":
+            raise ValueError(
+                f"it is not a table name (unexpected {s[i : i + 20]!r}; write db.table, and "
+                "back-quote parts with other characters)"
+            )
+        i += 1
+    if len(parts) > MAX_NAME_PARTS:
+        raise ValueError(f"it has {len(parts)} parts; at most catalog.database.table")
+    return tuple(parts)
+
+
+def check_path_safe(parts: Iterable[str]) -> None:
+    """A name the engine creates a managed table under: its folder name must be a plain word."""
+    for p in parts:
+        if not _WORD.match(p):
+            raise ValueError(
+                f"part {p!r} may hold only letters, digits and underscores (a managed table's "
+                "folder is named after it)"
+            )
+
+
+def sql_type(dtype: DataType) -> str:
+    """A type as DDL text that Spark parses back to the same type (nested names quoted).
+
+    ``simpleString()`` writes ``struct<a b:int>``, which no parser accepts.
+    """
+    if isinstance(dtype, StructType):
+        return "STRUCT<" + ", ".join(f"{quote(f.name)}: {sql_type(f.dataType)}" for f in dtype.fields) + ">"
+    if isinstance(dtype, ArrayType):
+        return f"ARRAY<{sql_type(dtype.elementType)}>"
+    if isinstance(dtype, MapType):
+        return f"MAP<{sql_type(dtype.keyType)}, {sql_type(dtype.valueType)}>"
+    return dtype.simpleString()
+
+
+def epoch_micros(at: datetime) -> int:
+    """An aware datetime as microseconds since the epoch (exact, no float rounding)."""
+    return int(at.timestamp()) * 1_000_000 + at.microsecond
+
+
+def sql_string(value: str) -> str:
+    """A string literal (Spark's default escaping: backslash escapes are processed)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# -- expression text ------------------------------------------------------------------------
+
+_TOKEN = re.compile(
+    r"""
+      (?P<string>'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")
+    | (?P<quoted>`(?:``|[^`])*`)
+    | (?P<comment>--[^\n]*|/\*.*?\*/)
+    | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<space>\s+)
+    | (?P<other>.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+
+def _tokens(text: str) -> Iterator[tuple[str, str]]:
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        assert kind is not None
+        yield kind, m.group(0)
+
+
+def expression_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a merge expression without asking Spark (None if it may be)."""
+    if len(text) > MAX_EXPRESSION_CHARS:
+        return f"is {len(text)} characters long (at most {MAX_EXPRESSION_CHARS})"
+    depth = deepest = 0
+    for kind, tok in _tokens(text):
+        if kind == "other" and tok == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif kind == "other" and tok == ")":
+            depth -= 1
+    if deepest > MAX_EXPRESSION_DEPTH:
+        return f"nests parentheses {deepest} deep (at most {MAX_EXPRESSION_DEPTH})"
+    return None
+
+
+# Time functions Spark evaluates once per query: name -> SQL for the pinned instant.
+# ``{micros}`` is the commit time in epoch microseconds, ``{seconds}`` in whole seconds.
+_PINNED = {
+    "current_timestamp": "timestamp_micros({micros})",
+    "now": "timestamp_micros({micros})",
+    "localtimestamp": "CAST(timestamp_micros({micros}) AS TIMESTAMP_NTZ)",
+    "current_date": "CAST(timestamp_micros({micros}) AS DATE)",
+    "curdate": "CAST(timestamp_micros({micros}) AS DATE)",
+    "unix_timestamp": "CAST({seconds} AS BIGINT)",
+}
+# Spark also reads these without parentheses (unless a column has the name).
+_BARE = {"current_timestamp", "current_date"}
+# Not expressible as a literal of the same type in every Spark 4 release.
+_UNPINNABLE = {"current_time"}
+
+
+class UnpinnableTime(ValueError):
+    """An expression uses a time function whose value cannot be fixed for the whole merge."""
+
+
+def pin_time(text: str, at: datetime, columns: Iterable[str] = ()) -> str:
+    """``text`` with every time function call replaced by the instant ``at``.
+
+    Only real calls are replaced: not inside strings, comments or back-quoted names, not
+    ``x.now`` (a field), not a bare name that is also a column (Spark reads the column).
+    """
+    micros = epoch_micros(at)
+    names = {c.lower() for c in columns}
+    toks = list(_tokens(text))
+    out: list[str] = []
+    i = 0
+
+    def significant(j: int, step: int) -> int:
+        while 0 <= j < len(toks) and toks[j][0] in ("space", "comment"):
+            j += step
+        return j
+
+    while i < len(toks):
+        kind, tok = toks[i]
+        low = tok.lower()
+        if kind != "word" or (low not in _PINNED and low not in _UNPINNABLE):
+            out.append(tok)
+            i += 1
+            continue
+        before = significant(i - 1, -1)
+        if before >= 0 and toks[before] == ("other", "."):
+            out.append(tok)
+            i += 1
+            continue
+        after = significant(i + 1, 1)
+        is_call = after < len(toks) and toks[after] == ("other", "(")
+        if is_call:
+            close = significant(after + 1, 1)
+            empty = close < len(toks) and toks[close] == ("other", ")")
+            if low in _UNPINNABLE:
+                raise UnpinnableTime(
+                    f"{tok}() would take a different value in each pass of the merge; select it "
+                    "in the model SQL and assign that column instead"
+                )
+            if not empty:  # unix_timestamp(col) and the like: not the current time
+                out.append(tok)
+                i += 1
+                continue
+            out.append(_PINNED[low].format(micros=micros, seconds=micros // 1_000_000))
+            i = close + 1
+            continue
+        if low in _BARE | _UNPINNABLE and low not in names:
+            if low in _UNPINNABLE:
+                raise UnpinnableTime(
+                    f"{tok} would take a different value in each pass of the merge; select it "
+                    "in the model SQL and assign that column instead"
+                )
+            out.append(_PINNED[low].format(micros=micros, seconds=micros // 1_000_000))
+            i += 1
+            continue
+        out.append(tok)
+        i += 1
+    return "".join(out)
