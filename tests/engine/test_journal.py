@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,8 @@ import pytest
 from dbt.adapters.rowmerge.merge import (
     ConcurrentMergeError,
     JournalError,
+    MergeCommittedError,
+    MergeError,
     history,
     recover,
 )
@@ -338,3 +343,235 @@ def test_journal_expired_remote_lock_is_fenced_before_the_merge(spark, db, monke
     )
     assert os.listdir(log_dir(spark, t) / "staging") == []
     assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c")]
+
+
+def test_journal_unreadable_expired_lease_is_fenced(spark, db, t):
+    """A lease nobody can read may belong to a writer that still runs: taking it over fences it out."""
+    folder = log_dir(spark, t) / "lock"
+    folder.mkdir(parents=True)
+    lease = folder / f"{1:020d}.json"
+    lease.write_text("{not json")
+    old = time.time() - 3600
+    os.utime(lease, (old, old))
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
+    assert merge(spark, t, src, UPSERT).version == 2
+    log = history(spark, t)
+    assert [(h["version"], h["operation"]) for h in log] == [(2, "MERGE"), (1, "FENCE"), (0, "CONVERT")]
+    reason = entry(spark, t, 1)["reason"]
+    assert reason == f"lock taken over from an unknown writer (its lease file:{lease} could not be read)"
+    assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c")]
+
+
+def test_journal_writer_that_lost_its_lease_while_paused_gets_a_clear_error(spark, db, monkeypatch, t):
+    """Paused past its lease, the writer finds its staging removed by the new holder's recovery."""
+    changes = f"{t}__changes"
+    merge(spark, t, source_view(spark, f"{db}_s0", "id long, v string", [(1, "A")]), UPSERT,
+          change_data_feed={"table": changes})  # fmt: skip
+    before = file_snapshot(spark, t), rows(spark, changes)
+    lock_dir = log_dir(spark, t) / "lock"
+
+    def paused_and_taken_over(name: str) -> None:
+        if name != "staged_data":
+            return
+        # While this writer slept, another machine's writer took the expired lease over
+        # (a higher generation) and its recovery rolled this writer's staging back.
+        top = max(int(n.split(".")[0]) for n in os.listdir(lock_dir) if n.endswith(".json"))
+        other = Owner("other-host", 77, "MERGE", t, "x", time.time(), 60.0)
+        (lock_dir / f"{top + 1:020d}.json").write_text(json.dumps(other.__dict__))
+        for txn in os.listdir(log_dir(spark, t) / "staging"):
+            shutil.rmtree(log_dir(spark, t) / "staging" / txn)
+
+    monkeypatch.setattr(run_module, "fault_point", paused_and_taken_over)
+    # Insert-only with a change feed: the feed is read back from the (now missing) staging.
+    src = source_view(spark, f"{db}_s", "id long, v string", [(8, "h"), (9, "i")])
+    with pytest.raises(ConcurrentMergeError) as info:
+        merge(spark, t, src, [UPSERT[1]], change_data_feed={"table": changes})
+    assert str(info.value) == (
+        f"MERGE on {t} aborted: this process lost the table's lock (its lease expired and MERGE on {t} "
+        f"by pid 77 on host other-host, since {_since(other_since(lock_dir))} took it over). Nothing was "
+        "changed; run the model again."
+    )
+    assert (file_snapshot(spark, t), rows(spark, changes)) == before
+
+
+def other_since(lock_dir: Path) -> float:
+    top = max(n for n in os.listdir(lock_dir) if n.endswith(".json"))
+    return float(json.loads((lock_dir / top).read_text())["acquired_at"])
+
+
+def _since(at: float) -> str:
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class Flaky(Exception):
+    """Stands for a storage or metastore call failing after the commit point."""
+
+
+def test_journal_error_after_the_commit_point_is_committed_not_failed(spark, db, monkeypatch):
+    t = f"{db}.counts"
+    create_table(spark, t, "id long, n int", [[(1, 10), (2, 20)], [(3, 30)]])
+    src = source_view(spark, f"{db}_s", "id long, n int", [(1, 1), (3, 3)])
+    clauses = [{"when": "matched", "action": "update", "set": {"n": "t.n + s.n"}}]
+
+    def storage_fails(name: str) -> None:
+        if name == "move_0":
+            raise Flaky("the metastore went away")
+
+    monkeypatch.setattr(journal_module, "fault_point", storage_fails)
+    with pytest.raises(MergeCommittedError) as info:
+        merge(spark, t, src, clauses)
+    monkeypatch.undo()
+    err = info.value
+    assert not isinstance(err, MergeError)  # a caller that retries MergeErrors must not retry this
+    assert (err.table, err.version) == (t, 1)
+    assert str(err) == (
+        f"MERGE into {t} is committed as version 1, but applying it stopped: the metastore went away. "
+        "The merge is durable and will be completed by recovery, which runs before the next merge of "
+        f"this table (or now: `dbt run-operation rowmerge_recover --args '{{relation: {t}}}'`). Do not "
+        "run this merge again: it would be applied twice."
+    )
+    assert recover(spark, t).rolled_forward == [1]
+    assert rows(spark, t) == [(1, 11), (2, 20), (3, 33)]  # applied once
+    assert [(h["version"], h["applied"]) for h in history(spark, t)] == [(1, True), (0, True)]
+
+
+def _crash_committed(
+    spark, db, monkeypatch, t: str, step: str, rows_: list[tuple[int, str]]
+) -> dict[str, Any]:
+    """Run an upsert that dies right after ``step`` of the commit protocol; return its entry."""
+    crash_after(monkeypatch, step)
+    with pytest.raises(SimulatedCrash):
+        merge(spark, t, source_view(spark, f"{db}_c", "id long, v string", rows_), UPSERT)
+    monkeypatch.undo()
+    return entry(spark, t, 1)
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda e: "[]", "holds a JSON list, not an object"),
+        (lambda e: json.dumps({k: v for k, v in e.items() if k != "removed"}), "has no `removed`"),
+        (lambda e: json.dumps({**e, "version": 7}), "says it is version 7, but its file is version 1"),
+        (lambda e: json.dumps(e)[:-40], "is not valid JSON"),
+    ],
+    ids=["list", "no-removed", "wrong-version", "cut-short"],
+)
+def test_journal_damaged_entry_of_a_partly_applied_commit_is_never_discarded(
+    spark, db, monkeypatch, t, damage, reason
+):
+    committed = _crash_committed(spark, db, monkeypatch, t, "move_0", [(1, "A"), (9, "z")])
+    path = log_dir(spark, t) / f"{1:020d}.json"
+    path.write_text(damage(committed))
+    # One staged file is already in place next to the file it replaces: rows 1 and 2 show twice.
+    partly = file_snapshot(spark, t), rows(spark, t)
+    with pytest.raises(JournalError, match=re.escape(f"version 1's entry file:{path} {reason}")):
+        recover(spark, t)
+    with pytest.raises(JournalError):  # and the next merge neither runs nor reuses version 1
+        merge(spark, t, source_view(spark, f"{db}_n", "id long, v string", [(5, "e")]), UPSERT)
+    assert (file_snapshot(spark, t), rows(spark, t)) == partly
+    assert os.listdir(log_dir(spark, t) / "staging") == [committed["txn"]]
+    # Restoring the entry is the fix the message names: recovery then finishes the commit.
+    path.write_text(json.dumps(committed, indent=1))
+    assert recover(spark, t).rolled_forward == [1]
+    assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c"), (9, "z")]
+
+
+def _tampered(spark, db, monkeypatch, t, edit) -> tuple[dict[str, Any], Path]:
+    committed = _crash_committed(spark, db, monkeypatch, t, "entry", [(1, "A"), (9, "z")])
+    path = log_dir(spark, t) / f"{1:020d}.json"
+    path.write_text(json.dumps(edit(json.loads(json.dumps(committed))), indent=1))
+    return committed, path
+
+
+def test_journal_removed_path_outside_the_table_is_refused(spark, db, monkeypatch, t, tmp_path):
+    precious = tmp_path / "precious.parquet"
+    precious.write_bytes(b"not yours")
+
+    def edit(e):
+        e["removed"][0]["path"] = f"file:{precious}"
+        return e
+
+    committed, _ = _tampered(spark, db, monkeypatch, t, edit)
+    before = file_snapshot(spark, t)
+    with pytest.raises(
+        JournalError, match=f"removes removed\\[0\\] file:{precious}, which is not a data file"
+    ):
+        recover(spark, t)
+    assert precious.read_bytes() == b"not yours"
+    assert file_snapshot(spark, t) == before
+    assert all(os.path.exists(f["staged"].removeprefix("file:")) for f in committed["added"])
+
+
+@pytest.mark.parametrize("where", ["outside", "dot-dot", "log-folder"])
+def test_journal_added_path_outside_the_table_is_refused(spark, db, monkeypatch, t, tmp_path, where):
+    loc = "file:" + table_dir(spark, t)
+    target = {
+        "outside": f"file:{tmp_path}/stolen.parquet",
+        "dot-dot": f"{loc}/../escaped.parquet",
+        "log-folder": f"{loc}/_rowmerge_log/hidden.parquet",
+    }[where]
+
+    def edit(e):
+        e["added"][0]["path"] = target
+        return e
+
+    committed, _ = _tampered(spark, db, monkeypatch, t, edit)
+    before = file_snapshot(spark, t)
+    with pytest.raises(JournalError, match="adds added\\[0\\] .*, which is not a data file of the table"):
+        recover(spark, t)
+    assert file_snapshot(spark, t) == before
+    assert not os.path.exists(target.removeprefix("file:"))
+    assert all(os.path.exists(f["staged"].removeprefix("file:")) for f in committed["added"])
+
+
+def test_journal_staged_path_outside_the_staging_folder_is_refused(spark, db, monkeypatch, t):
+    other = f"{db}.other"
+    create_table(spark, other, "id long, v string", [[(7, "g")]])
+    victim = files_of(spark, other, "id = 7")[0]
+
+    def edit(e):
+        e["added"][0]["staged"] = f"file:{victim}"
+        return e
+
+    _tampered(spark, db, monkeypatch, t, edit)
+    before = file_snapshot(spark, t)
+    with pytest.raises(JournalError, match="stages added\\[0\\] at file:"):
+        recover(spark, t)
+    assert os.path.exists(victim) and rows(spark, other) == [(7, "g")]
+    assert file_snapshot(spark, t) == before
+
+
+class RecordingStorage(HadoopStorage):
+    """The real storage, recording each delete (and able to stop after ``limit`` of them)."""
+
+    def __init__(self, spark, limit: int | None = None) -> None:
+        super().__init__(spark)
+        self.deleted: list[str] = []
+        self.limit = limit
+
+    def delete(self, path: str, recursive: bool = False) -> bool:
+        if self.limit is not None and len(self.deleted) >= self.limit:
+            raise SimulatedCrash(path)
+        self.deleted.append(path.rsplit("/", 1)[-1])
+        return super().delete(path, recursive)
+
+
+def test_journal_reset_deletes_newest_first_each_entry_before_its_marker(spark, db, t):
+    for i, key in enumerate((1, 2)):
+        merge(spark, t, source_view(spark, f"{db}_r{i}", "id long, v string", [(key, "x")]), UPSERT)
+    loc, folder = "file:" + table_dir(spark, t), log_dir(spark, t)
+    saved = folder.parent / "saved_log"
+    shutil.copytree(folder, saved)
+    recording = RecordingStorage(spark)
+    assert journal_module.Journal(recording, loc).reset() == 3
+    names = [n for n in recording.deleted if n[0].isdigit()]
+    assert names == [f"{v:020d}{suffix}" for v in (2, 1, 0) for suffix in (".json", ".applied")]
+    # Interrupted anywhere, what is left is older versions, each still marked applied.
+    for limit in range(1, 6):
+        shutil.rmtree(folder)
+        shutil.copytree(saved, folder)
+        with pytest.raises(SimulatedCrash):
+            journal_module.Journal(RecordingStorage(spark, limit), loc).reset()
+        versions, applied = journal_module.Journal(HadoopStorage(spark), loc).listing()
+        assert len(versions) == 3 - (limit + 1) // 2 and set(versions) <= applied, (limit, versions, applied)
+        assert not recover(spark, t).rolled_forward

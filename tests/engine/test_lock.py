@@ -207,3 +207,23 @@ def test_lock_threads_never_overlap(storage, log_dir):
         th.join()
     assert overlaps == []
     assert len(done) == 12
+
+
+def test_lock_zombie_local_holder_is_dead(storage, log_dir):
+    """A holder that exited but was not reaped yet still answers kill(pid, 0): it is dead all the same."""
+    proc = subprocess.Popen(["true"])  # not waited for: it stays a zombie until reaped
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.02)
+        os.kill(proc.pid, 0)  # the situation of the bug: the kernel still knows the pid
+        me = Owner.this_process("MERGE", "db.t", 60.0)
+        zombie = Owner(**{**asdict(me), "pid": proc.pid, "process_start": None})
+        write_lease(log_dir, 2, zombie)
+        started = time.monotonic()
+        with lock_of(storage, log_dir, timeout_s=5) as lock:
+            assert time.monotonic() - started < 3
+            assert lock.generation == 3 and lock.took_over == zombie and lock.took_over_live is False
+    finally:
+        proc.wait()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dbt.adapters.rowmerge.merge import MergeSpecError, history
+from dbt.adapters.rowmerge.merge import ConcurrentMergeError, MergeSpecError, history, run_merge
+from dbt.adapters.rowmerge.merge import run as run_module
 from dbt.adapters.rowmerge.merge.errors import CastError
 from tests.engine.helpers import (
     UPSERT,
@@ -235,3 +236,48 @@ def test_cast_string_longer_than_varchar_column_raises_cast_error(spark, db):
         merge(spark, t, src, UPSERT)
     assert "'abcdef'" in str(info.value)
     assert table_state(spark, t) == before
+
+
+def test_schema_read_fresh_when_another_session_added_a_column(spark, db):
+    """A session that read the table before another session added a column must not drop it."""
+    t = f"{db}.fresh"
+    create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b")]])  # one file for both rows
+    spark.table(t).collect()  # this session now caches the relation, schema included
+    other = spark.newSession()  # same catalog, its own relation cache
+    other.createDataFrame([(1, "a", "x1")], "id long, v string, x string").createOrReplaceTempView("evolve")
+    run_merge(
+        other,
+        {
+            "target": t,
+            "source": "evolve",
+            "target_alias": "t",
+            "source_alias": "s",
+            "on": "t.id = s.id",
+            "clauses": [{"when": "matched", "action": "update", "set": "*"}],
+            "schema_evolution": True,
+        },
+    )
+    src = source_view(spark, f"{db}_s", "id long, v string", [(2, "B")])
+    merge(spark, t, src, [{"when": "matched", "action": "update", "set": {"v": "s.v"}}])
+    assert rows(spark, t) == [(1, "a", "x1"), (2, "B", None)]
+
+
+def test_schema_column_added_while_the_merge_runs_aborts_it(spark, db, monkeypatch):
+    t = f"{db}.racing"
+    create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b")]])
+    src = source_view(spark, f"{db}_s", "id long, v string", [(2, "B")])
+
+    def add_column(step: str) -> None:
+        if step == "staged_data":  # another session alters the table while files are staged
+            spark.newSession().sql(f"ALTER TABLE {t} ADD COLUMNS (x string)")
+
+    monkeypatch.setattr(run_module, "fault_point", add_column)
+    before = file_snapshot(spark, t)
+    with pytest.raises(ConcurrentMergeError) as info:
+        merge(spark, t, src, [{"when": "matched", "action": "update", "set": {"v": "s.v"}}])
+    assert str(info.value) == (
+        f"MERGE into {t} aborted: column(s) x were added to the table while the merge ran, and the "
+        "rewritten files would not have them. Nothing was changed; run the model again."
+    )
+    assert file_snapshot(spark, t) == before
+    assert rows(spark, t) == [(1, "a", None), (2, "b", None)]

@@ -58,6 +58,18 @@ class CastError(MergeError):
         )
 
 
+class ExecutionError(MergeError):
+    """Spark failed while evaluating the merge (before its commit point); nothing was changed."""
+
+    def __init__(self, target: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"MERGE into {target} failed while Spark evaluated it: {reason}. Nothing was changed. "
+            "If the error comes from a condition or value of the merge config (or the model SQL), "
+            "fix it there; otherwise run the model again."
+        )
+
+
 class ConcurrentMergeError(MergeError):
     """Another writer holds the table's merge lock, or changed the table's files under us."""
 

@@ -488,13 +488,19 @@ class Journal:
                 out.append(f"stages cdf.files[{i}] at {f.staged}, not in {feed_staging}/")
         return out
 
-    def check(self, entry: Entry, target: TargetTable) -> None:
-        """Raise JournalError unless ``entry`` may be applied as it stands (before any move)."""
+    def check(self, entry: Entry, target: TargetTable, staged_present: bool | None = None) -> None:
+        """Raise JournalError unless ``entry`` may be applied as it stands (before any move).
+
+        ``staged_present=False`` skips looking for the staged files (the committing writer
+        has just written them and holds the lock).
+        """
         problems = self.problems(entry, target.partition_columns)
         if problems:
             raise self._damaged(
                 entry.version, target.name, "does not describe a commit of this table: " + "; ".join(problems)
             )
+        if staged_present is False:
+            return
         missing = [
             f.staged
             for f in entry.moves()

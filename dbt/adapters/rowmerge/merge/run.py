@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from .cdf import (
@@ -45,7 +47,14 @@ from .cdf import (
     prepare_changes_table,
     write_change_feed,
 )
-from .errors import CastError, ConcurrentMergeError, MergeCommittedError, MergeError, UnsupportedTableError
+from .errors import (
+    CastError,
+    ConcurrentMergeError,
+    ExecutionError,
+    MergeCommittedError,
+    MergeError,
+    UnsupportedTableError,
+)
 from .journal import (
     CDF_DIR,
     DATA_DIR,
@@ -69,7 +78,7 @@ from .source import MaterializedSource, materialize, read_source
 from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
 from .sqltext import sql_type
 from .storage import FileInfo, storage_for
-from .table import TargetTable, add_columns, load_target, new_column_ddl, table_files
+from .table import TargetTable, add_columns, load_target, missing_columns, new_column_ddl, table_files
 
 logger = logging.getLogger("rowmerge")
 
@@ -122,14 +131,17 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
             commit = Commit((versions[-1] if versions else 0) + 1, snapshot, changes, initial, commit_time)
             try:
                 version = _merge(spark, plan, source, journal, lock, commit, metrics)
-            except (MergeError, MergeCommittedError):
+            except MergeCommittedError:
                 raise
             except Exception as exc:
-                _raise_cast_error(exc, target)
+                if not isinstance(exc, MergeError):
+                    _raise_cast_error(exc, target)
                 if lock.lost():
                     # Paused past its lease: the new holder's recovery removed our staging,
                     # which is what made this fail. Say so instead of the raw error.
                     lock.check()
+                if _is_spark_error(exc):
+                    raise ExecutionError(target.name, _spark_reason(exc)) from exc
                 raise
             finally:
                 source.df.unpersist()
@@ -210,8 +222,8 @@ def _merge(
         with timed(metrics, "commitTimeMs"):
             entry = _entry(plan, journal, txn, commit, data_dir, staged, removed, removed_rows, feed, metrics)
             # Everything that can fail runs before the entry exists (see the module doc).
-            journal.check(entry, target)
             lock.check()
+            journal.check(entry, target, staged_present=False)  # we just wrote them
             journal.check_unchanged(entry, commit.snapshot)
             _check_columns_unchanged(spark, plan)
             _add_evolved_columns(spark, plan, commit.changes)
@@ -343,6 +355,9 @@ def _add_evolved_columns(spark: SparkSession, plan: MergePlan, changes: ChangesT
 def _add_columns_or_fail(
     spark: SparkSession, plan: MergePlan, ident: str, name: str, columns: list[tuple[str, str]]
 ) -> None:
+    columns = missing_columns(spark, ident, columns)
+    if not columns:
+        return
     try:
         add_columns(spark, ident, columns)
     except Exception as exc:
@@ -386,6 +401,20 @@ def _initial_entry(
 _RAISED_CAST = re.compile(
     r"\[USER_RAISED_EXCEPTION\]\s*" + re.escape(CAST_ERROR_MARK) + r"\[(.*)\]\s*SQLSTATE"
 )
+
+
+def _is_spark_error(exc: BaseException) -> bool:
+    """An error Spark raised while running the merge's jobs (not a bug of this engine)."""
+    return isinstance(exc, (PySparkException, Py4JJavaError))
+
+
+def _spark_reason(exc: BaseException) -> str:
+    """The first line of Spark's own message (the JVM cause of a py4j error)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if lines and lines[0].startswith("An error occurred while calling") and len(lines) > 1:
+        lines = [lines[1].lstrip(": ")]
+    text = lines[0] if lines else type(exc).__name__
+    return re.sub(r"\s*SQLSTATE: \w+", "", text).rstrip(". ")
 
 
 def _raise_cast_error(exc: Exception, target: TargetTable) -> None:

@@ -27,8 +27,8 @@ from pyspark.sql.types import (
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError
-from .table import sql_name
 from .plan import SRC_ID, SRC_PRESENT, MergePlan
+from .table import sql_name
 
 # A partition key with at most this many distinct source values is pruned with IN (...);
 # more values fall back to a min/max range.

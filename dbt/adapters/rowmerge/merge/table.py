@@ -148,13 +148,20 @@ def table_files(target: TargetTable, storage: Storage, files: Mapping[str, FileI
     return [{"path": path, "size": info.size, "rows": rows[path]} for path, info in sorted(files.items())]
 
 
-def add_columns(spark: SparkSession, ident: str, columns: Sequence[tuple[str, str]]) -> list[str]:
-    """Add the columns (name, type DDL) the table ``ident`` lacks; return their names (repeatable)."""
+def missing_columns(
+    spark: SparkSession, ident: str, columns: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The columns of ``columns`` (name, type DDL) that the table ``ident`` does not have."""
     if not columns:
         return []
     spark.catalog.refreshTable(ident)
     existing = {f.name.lower() for f in spark.table(ident).schema.fields}
-    missing = [(name, ddl) for name, ddl in columns if name.lower() not in existing]
+    return [(name, ddl) for name, ddl in columns if name.lower() not in existing]
+
+
+def add_columns(spark: SparkSession, ident: str, columns: Sequence[tuple[str, str]]) -> list[str]:
+    """Add the columns (name, type DDL) the table ``ident`` lacks; return their names (repeatable)."""
+    missing = missing_columns(spark, ident, columns)
     if missing:
         cols = ", ".join(f"{quote(name)} {ddl}" for name, ddl in missing)
         spark.sql(f"ALTER TABLE {ident} ADD COLUMNS ({cols})")

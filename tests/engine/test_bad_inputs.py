@@ -1,0 +1,1147 @@
+"""A catalogue of malformed and hostile inputs to ``run_merge``, each rejected with the right MergeError.
+
+Every rejection names the offending key, clause or column and leaves the target and its change feed
+byte for byte as they were; inputs the engine accepts on purpose produce exactly the expected rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from pyspark.sql import SparkSession
+
+from dbt.adapters.rowmerge.merge import (
+    CardinalityViolation,
+    CastError,
+    MergeError,
+    MergeSpecError,
+    UnsupportedTableError,
+    run_merge,
+    start_history,
+)
+from tests.engine.helpers import create_table, rows, source_view
+
+# -- the shared target ---------------------------------------------------------------------------
+
+DDL = "id long, v string, n int"
+TARGET_FILES = [[(1, "a", 1), (2, "b", 2)], [(3, "c", 3)]]
+SOURCE_ROWS = [(1, "A", 10), (4, "D", 40)]
+# Source views besides {db}_src (same rows unless said otherwise).
+EXTRA_SOURCES: dict[str, tuple[str, list[tuple[Any, ...]]]] = {
+    "nocol": ("id long, v string", [(1, "A"), (4, "D")]),
+    "reserved": ("id long, v string, n int, __rowmerge_x int", [(1, "A", 10, 0)]),
+    "struct": ("id long, v string, n struct<a:int>", [(1, "A", (10,))]),
+    "dup": (DDL, [(1, "A", 10), (1, "B", 11)]),
+    "badcast": ("id long, v string, n string", [(1, "A", "abc")]),
+    "badinsert": ("id long, v string, n string", [(9, "Z", "x9")]),
+    "twice": ("id long, v string, n int, N int", [(1, "A", 10, 11)]),
+}
+
+UPDATE_ALL = {"when": "matched", "action": "update", "set": "*"}
+INSERT_ALL = {"when": "not_matched", "action": "insert", "values": "*"}
+DELETE = {"when": "matched", "action": "delete"}
+NMBS_DELETE = {"when": "not_matched_by_source", "action": "delete"}
+
+# Every key of the spec, valid; a case overrides some of them. "{db}" is the module's database.
+BASE: dict[str, Any] = {
+    "version": 1,
+    "target": "{db}.t",
+    "source": "{db}_src",
+    "target_alias": "t",
+    "source_alias": "s",
+    "on": "t.id = s.id",
+    "clauses": [UPDATE_ALL, INSERT_ALL],
+    "skip_unchanged_updates": True,
+    "change_data_feed": {"table": "{db}.t__changes"},
+    "schema_evolution": False,
+    "lock_timeout_s": 30,
+}
+MAX_MESSAGE = 2_000  # characters: a message quotes a long expression shortened, not whole
+DROP = object()  # as an override value: remove the key from the spec
+SHARED = ("t", "t__changes")  # folders (managed tables of the module database) a case must not change
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A spec used as it is instead of overriding BASE (for specs that are not mappings, or sparse)."""
+
+    spec: Any
+
+
+@dataclass(frozen=True)
+class BadInput:
+    id: str
+    spec: Mapping[Any, Any] | Whole  # overrides of BASE (DROP removes a key), or Whole
+    raises: type[MergeError]
+    fragments: tuple[str, ...]  # all in one problem (MergeSpecError) or in the message
+    problems: int | None = 1  # len(exc.problems) for a MergeSpecError; None: not checked
+    watch: tuple[str, ...] = SHARED
+    setup: Callable[[SparkSession, str], None] | None = None
+    max_s: float | None = None  # the rejection must come this fast (no Spark parser recursion)
+
+
+def case(
+    id: str,
+    spec: Mapping[Any, Any] | Whole,
+    raises: type[MergeError],
+    *fragments: str,
+    problems: int | None = 1,
+    watch: tuple[str, ...] = SHARED,
+    setup: Callable[[SparkSession, str], None] | None = None,
+    max_s: float | None = None,
+) -> Any:
+    assert fragments, id
+    item = BadInput(id, spec, raises, fragments, problems, watch, setup, max_s)
+    return pytest.param(item, id=id)
+
+
+def clauses(*items: Any) -> dict[str, Any]:
+    return {"clauses": list(items)}
+
+
+def update(set_: Any, condition: Any = None, when: str = "matched") -> dict[str, Any]:
+    out: dict[str, Any] = {"when": when, "action": "update", "set": set_}
+    if condition is not None:
+        out["condition"] = condition
+    return out
+
+
+def insert(values: Any, condition: Any = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"when": "not_matched", "action": "insert", "values": values}
+    if condition is not None:
+        out["condition"] = condition
+    return out
+
+
+def c0(action: str = "update", when: str = "matched") -> str:
+    """How plan-level messages name clause 0."""
+    return f"clauses[0] (when: {when}, action: {action})"
+
+
+def nested(inner: str, depth: int) -> str:
+    return "(" * depth + inner + ")" * depth
+
+
+def long_text(head: str, tail: str, size: int) -> str:
+    """``head`` followed by copies of ``tail`` up to at least ``size`` characters."""
+    return head + tail * ((size - len(head)) // len(tail) + 1)
+
+
+# -- set-up of the few cases that need their own object -----------------------------------------
+
+
+def _view(spark: SparkSession, db: str) -> None:
+    spark.sql(f"CREATE VIEW IF NOT EXISTS {db}.vw AS SELECT * FROM {db}.t")
+
+
+def _csv(spark: SparkSession, db: str) -> None:
+    spark.sql(f"CREATE TABLE {db}.csv_t (id BIGINT, v STRING, n INT) USING csv")
+    spark.sql(f"INSERT INTO {db}.csv_t VALUES (1, 'a', 1)")
+
+
+def _hive_text(spark: SparkSession, db: str) -> None:
+    spark.sql(f"CREATE TABLE {db}.txt_t (id BIGINT, v STRING, n INT) STORED AS TEXTFILE")
+    spark.sql(f"INSERT INTO {db}.txt_t VALUES (1, 'a', 1)")
+
+
+def _plain(spark: SparkSession, db: str) -> None:
+    create_table(spark, f"{db}.plain", DDL, [[(1, "a", 1)]])
+
+
+def _stream(spark: SparkSession, db: str) -> None:
+    rate = spark.readStream.format("rate").load()
+    rate.selectExpr("value AS id", "'x' AS v", "1 AS n").createOrReplaceTempView(f"{db}_src_stream")
+
+
+def _change_type_target(spark: SparkSession, db: str) -> None:
+    create_table(spark, f"{db}.ct", "id long, v string, _change_type string", [[(1, "a", "x")]])
+    start_history(spark, f"{db}.ct")
+
+
+# -- the catalogue -------------------------------------------------------------------------------
+
+NAME = "is not a valid table name"
+CDF_SHAPE = "`change_data_feed` must be null or a mapping with one key, `table`"
+CDF_NAME = "is not a valid name for a new table"
+NOT_FEED = "exists but is not a change feed"
+
+SPEC_SHAPE = [
+    case("spec-list", Whole([BASE]), MergeSpecError, "the spec must be a mapping, got list"),
+    case("spec-string", Whole("target: {db}.t"), MergeSpecError, "the spec must be a mapping, got str"),
+    case("spec-none", Whole(None), MergeSpecError, "the spec must be a mapping, got NoneType"),
+    case("spec-empty", Whole({}), MergeSpecError, "`target` is required", problems=4),
+    case("key-unknown", {"tagret": "{db}.t"}, MergeSpecError, "unknown spec key(s) tagret", "expected"),
+    case("key-int", {1: "x"}, MergeSpecError, "unknown spec key(s) 1;"),
+    case("key-none", {None: "x"}, MergeSpecError, "unknown spec key(s) None;"),
+    case("key-tuple", {("on",): "x"}, MergeSpecError, "unknown spec key(s) ('on',)"),
+    case("version-2", {"version": 2}, MergeSpecError, "`version` must be 1, got 2"),
+    case("version-str", {"version": "1"}, MergeSpecError, "`version` must be 1, got '1'"),
+    case("version-true", {"version": True}, MergeSpecError, "`version` must be 1, got True"),
+    case("version-float", {"version": 1.5}, MergeSpecError, "`version` must be 1, got 1.5"),
+    case("target-missing", {"target": DROP}, MergeSpecError, "`target` is required"),
+    case("target-empty", {"target": ""}, MergeSpecError, "`target` is required and must be a non-empty"),
+    case("target-blank", {"target": "   "}, MergeSpecError, "`target` is required"),
+    case("target-int", {"target": 42}, MergeSpecError, "`target` is required"),
+    case("source-missing", {"source": DROP}, MergeSpecError, "`source` is required"),
+    case("source-list", {"source": ["{db}_src"]}, MergeSpecError, "`source` is required"),
+    case("on-missing", {"on": DROP}, MergeSpecError, "`on` is required", "unique_key"),
+    case("on-empty", {"on": ""}, MergeSpecError, "`on` is required"),
+    case("on-true", {"on": True}, MergeSpecError, "`on` is required"),
+    case("alias-space", {"target_alias": "t x"}, MergeSpecError, "`target_alias` must be a plain identifier"),
+    case("alias-dot", {"source_alias": "s.x"}, MergeSpecError, "`source_alias` must be a plain identifier"),
+    case(
+        "alias-int", {"source_alias": 5}, MergeSpecError, "`source_alias` must be a plain identifier, got 5"
+    ),
+    case("alias-zero", {"target_alias": 0}, MergeSpecError, "`target_alias` must be a plain identifier"),
+    case(
+        "alias-digits",
+        {"target_alias": "1", "on": "1.id = s.id"},
+        MergeSpecError,
+        "`target_alias` must be a plain identifier, got '1'",
+    ),
+    case(
+        "alias-equal-case",
+        {"target_alias": "x", "source_alias": "X", "on": "x.id = X.id"},
+        MergeSpecError,
+        "`target_alias` and `source_alias` must differ",
+    ),
+]
+
+NAMES = [
+    case("target-sql", {"target": "select * from {db}.t"}, MergeSpecError, "`target` ('select", NAME),
+    case("target-comment", {"target": "{db}.t -- nightly"}, MergeSpecError, "`target` ('{db}.t --", NAME),
+    case("target-semicolon", {"target": "{db}.t; drop table {db}.t"}, MergeSpecError, "`target`", NAME),
+    case("target-open-quote", {"target": "{db}.`t"}, MergeSpecError, "`target`", "back-quote is not closed"),
+    case("target-4-parts", {"target": "c.x.{db}.t"}, MergeSpecError, "`target`", "it has 4 parts"),
+    case("target-empty-part", {"target": "{db}..t"}, MergeSpecError, "`target` ('{db}..t')", NAME),
+    case("target-empty-quoted", {"target": "{db}.``"}, MergeSpecError, "`target`", "empty part"),
+    case("source-sql", {"source": "select * from {db}_src"}, MergeSpecError, "`source`", "temporary view"),
+    case("source-semicolon", {"source": "{db}_src;"}, MergeSpecError, "`source` ('{db}_src;')", NAME),
+    case("source-open-quote", {"source": "`{db}_src"}, MergeSpecError, "`source`", "not closed"),
+    case("source-4-parts", {"source": "a.b.c.{db}_src"}, MergeSpecError, "`source`", "4 parts"),
+    case("cdf-comment", {"change_data_feed": {"table": "{db}.t__changes -- x"}}, MergeSpecError, CDF_NAME),
+    case("cdf-dashes", {"change_data_feed": {"table": "{db}.t--changes"}}, MergeSpecError, CDF_NAME),
+    case("cdf-parent", {"change_data_feed": {"table": "../t__changes"}}, MergeSpecError, "'../t", CDF_NAME),
+    case("cdf-space", {"change_data_feed": {"table": "{db}.my changes"}}, MergeSpecError, CDF_NAME),
+    case("cdf-slash", {"change_data_feed": {"table": "{db}/t__changes"}}, MergeSpecError, CDF_NAME),
+    case(
+        "cdf-quoted-slash", {"change_data_feed": {"table": "{db}.`a/b`"}}, MergeSpecError, "'a/b'", CDF_NAME
+    ),
+    case("cdf-quoted-parent", {"change_data_feed": {"table": "{db}.`..`"}}, MergeSpecError, "'..'", CDF_NAME),
+    case("cdf-empty-name", {"change_data_feed": {"table": ""}}, MergeSpecError, CDF_SHAPE),
+    case("cdf-int-name", {"change_data_feed": {"table": 5}}, MergeSpecError, CDF_SHAPE),
+    case("cdf-string", {"change_data_feed": "{db}.t__changes"}, MergeSpecError, CDF_SHAPE, "got '"),
+    case("cdf-list", {"change_data_feed": ["{db}.t__changes"]}, MergeSpecError, CDF_SHAPE, "got ["),
+    case("cdf-true", {"change_data_feed": True}, MergeSpecError, CDF_SHAPE, "got True"),
+    case(
+        "cdf-extra-key",
+        {"change_data_feed": {"table": "{db}.t__changes", "mode": "append"}},
+        MergeSpecError,
+        CDF_SHAPE,
+        "'mode'",
+    ),
+    case(
+        "cdf-wrong-key", {"change_data_feed": {"tbl": "{db}.t__changes"}}, MergeSpecError, CDF_SHAPE, "'tbl'"
+    ),
+]
+
+FLAGS = [
+    case(
+        "skip-yes", {"skip_unchanged_updates": "yes"}, MergeSpecError, "`skip_unchanged_updates` must be true"
+    ),
+    case("skip-one", {"skip_unchanged_updates": 1}, MergeSpecError, "`skip_unchanged_updates`", "got 1"),
+    case("skip-none", {"skip_unchanged_updates": None}, MergeSpecError, "`skip_unchanged_updates`", "None"),
+    case("evolution-yes", {"schema_evolution": "yes"}, MergeSpecError, "`schema_evolution` must be true"),
+    case("evolution-one", {"schema_evolution": 1}, MergeSpecError, "`schema_evolution`", "got 1"),
+    case("evolution-none", {"schema_evolution": None}, MergeSpecError, "`schema_evolution`", "got None"),
+    case("timeout-negative", {"lock_timeout_s": -1}, MergeSpecError, "`lock_timeout_s` must be a finite"),
+    case("timeout-nan", {"lock_timeout_s": float("nan")}, MergeSpecError, "`lock_timeout_s`", "got nan"),
+    case("timeout-inf", {"lock_timeout_s": float("inf")}, MergeSpecError, "`lock_timeout_s`", "got inf"),
+    case("timeout-true", {"lock_timeout_s": True}, MergeSpecError, "`lock_timeout_s`", "got True"),
+    case("timeout-str", {"lock_timeout_s": "10"}, MergeSpecError, "`lock_timeout_s`", "got '10'"),
+    case("timeout-none", {"lock_timeout_s": None}, MergeSpecError, "`lock_timeout_s`", "got None"),
+]
+
+NOT_LAST = "only the last {0} clause may omit `condition`"
+CLAUSE_SHAPES = [
+    case("clauses-missing", {"clauses": DROP}, MergeSpecError, "`clauses` must be a non-empty list"),
+    case("clauses-empty", {"clauses": []}, MergeSpecError, "`clauses` must be a non-empty list"),
+    case("clauses-dict", {"clauses": UPDATE_ALL}, MergeSpecError, "`clauses` must be a non-empty list"),
+    case("clauses-string", {"clauses": "matched"}, MergeSpecError, "`clauses` must be a non-empty list"),
+    case("clause-string", clauses("update all"), MergeSpecError, "clauses[0]: each clause must be a mapping"),
+    case(
+        "clause-none", clauses(UPDATE_ALL, None), MergeSpecError, "clauses[1]: each clause must be a mapping"
+    ),
+    case(
+        "clause-key-unknown",
+        clauses({**DELETE, "where": "x"}),
+        MergeSpecError,
+        "clauses[0]: unknown key(s) where",
+    ),
+    case("clause-key-int", clauses({**DELETE, 3: "x"}), MergeSpecError, "clauses[0]: unknown key(s) 3;"),
+    case(
+        "clause-key-upper",
+        clauses({"WHEN": "matched", "action": "delete"}),
+        MergeSpecError,
+        "clauses[0]: unknown key(s) WHEN",
+        problems=2,  # and: no `when`
+    ),
+    case(
+        "when-unknown",
+        clauses({**DELETE, "when": "matches"}),
+        MergeSpecError,
+        "clauses[0]: unknown `when` 'matches'",
+    ),
+    case("when-missing", clauses({"action": "delete"}), MergeSpecError, "clauses[0]: unknown `when` None"),
+    case("when-int", clauses({**DELETE, "when": 1}), MergeSpecError, "clauses[0]: unknown `when` 1"),
+    case(
+        "action-unknown",
+        clauses({**DELETE, "action": "upsert"}),
+        MergeSpecError,
+        "clauses[0] (when: matched): unknown `action` 'upsert'; use one of update, delete",
+    ),
+    case(
+        "action-missing",
+        clauses({"when": "matched"}),
+        MergeSpecError,
+        "clauses[0] (when: matched): unknown `action`",
+    ),
+    case(
+        "action-origin",
+        clauses({**DELETE, "action": "merge", "origin": "merge_clauses[3]"}),
+        MergeSpecError,
+        "merge_clauses[3] (when: matched): unknown `action` 'merge'",
+    ),
+    case(
+        "insert-under-matched",
+        clauses({"when": "matched", "action": "insert", "values": "*"}),
+        MergeSpecError,
+        "clauses[0] (when: matched): action 'insert' is not allowed here",
+    ),
+    case(
+        "update-under-not-matched",
+        clauses(UPDATE_ALL, {"when": "not_matched", "action": "update", "set": "*"}),
+        MergeSpecError,
+        "clauses[1] (when: not_matched): action 'update' is not allowed here",
+    ),
+    case(
+        "delete-under-not-matched",
+        clauses({"when": "not_matched", "action": "delete"}),
+        MergeSpecError,
+        "clauses[0] (when: not_matched): action 'delete' is not allowed here",
+    ),
+    case(
+        "delete-with-set",
+        clauses({**DELETE, "set": "*"}),
+        MergeSpecError,
+        "clauses[0]",
+        "a delete takes no `set`",
+    ),
+    case(
+        "delete-with-values",
+        clauses({**NMBS_DELETE, "values": "*"}),
+        MergeSpecError,
+        "clauses[0] (when: not_matched_by_source): a delete takes no `values`",
+    ),
+    case(
+        "update-without-set",
+        clauses({"when": "matched", "action": "update"}),
+        MergeSpecError,
+        "clauses[0] (when: matched): an update needs `set`",
+    ),
+    case(
+        "insert-without-values",
+        clauses({"when": "not_matched", "action": "insert"}),
+        MergeSpecError,
+        "clauses[0] (when: not_matched): an insert needs `values`",
+    ),
+    case(
+        "update-with-values",
+        clauses({"when": "matched", "action": "update", "values": "*"}),
+        MergeSpecError,
+        "clauses[0] (when: matched): `values` is for insert; an update takes `set`",
+        problems=2,  # and: no `set`
+    ),
+    case(
+        "insert-with-set",
+        clauses({"when": "not_matched", "action": "insert", "set": "*"}),
+        MergeSpecError,
+        "clauses[0] (when: not_matched): `set` is for update; an insert takes `values`",
+        problems=2,  # and: no `values`
+    ),
+    case("set-list", clauses(update(["v"])), MergeSpecError, 'clauses[0] (when: matched): `set` must be "*"'),
+    case(
+        "set-empty",
+        clauses(update({})),
+        MergeSpecError,
+        "clauses[0] (when: matched): `set` must be",
+        "got {}",
+    ),
+    case("set-star-word", clauses(update("all")), MergeSpecError, '`set` must be "*" or a mapping', "'all'"),
+    case(
+        "set-empty-column",
+        clauses(update({"": "s.v"})),
+        MergeSpecError,
+        "clauses[0] (when: matched): `set` column names must be non-empty strings, got ''",
+    ),
+    case(
+        "set-int-column", clauses(update({1: "s.v"})), MergeSpecError, "`set` column names must be", "got 1"
+    ),
+    case(
+        "set-list-value",
+        clauses(update({"v": ["s.v"]})),
+        MergeSpecError,
+        "clauses[0] (when: matched): `set` value for column 'v' must be a SQL expression string",
+    ),
+    case("set-empty-value", clauses(update({"v": ""})), MergeSpecError, "`set` value for column 'v' must be"),
+    case("set-nan-value", clauses(update({"n": float("nan")})), MergeSpecError, "`set` value for column 'n'"),
+    case(
+        "set-none-value", clauses(update({"v": None})), MergeSpecError, "`set` value for column 'v' must be"
+    ),
+    case(
+        "values-dict-value",
+        clauses(insert({"id": "s.id", "v": {"sql": "s.v"}})),
+        MergeSpecError,
+        "clauses[0] (when: not_matched): `values` value for column 'v' must be a SQL expression",
+    ),
+    case(
+        "condition-list",
+        clauses(update("*", ["s.n > 0"])),
+        MergeSpecError,
+        "clauses[0] (when: matched): `condition` must be a SQL boolean expression string",
+    ),
+    case(
+        "condition-dict", clauses(update("*", {"n": 1})), MergeSpecError, "clauses[0]", "`condition` must be"
+    ),
+    case("condition-empty", clauses(update("*", "")), MergeSpecError, "clauses[0]", "`condition` must be"),
+    case("condition-int", clauses(update("*", 1)), MergeSpecError, "clauses[0]", "`condition` must be"),
+    case(
+        "not-last-matched",
+        clauses(UPDATE_ALL, {**DELETE, "condition": "s.n > 5"}),
+        MergeSpecError,
+        "clauses[0] (when: matched): " + NOT_LAST.format("matched"),
+    ),
+    case(
+        "not-last-not-matched",
+        clauses(INSERT_ALL, insert("*", "s.n > 5")),
+        MergeSpecError,
+        "clauses[0] (when: not_matched): " + NOT_LAST.format("not_matched"),
+    ),
+    case(
+        "not-last-nmbs",
+        clauses(NMBS_DELETE, {**NMBS_DELETE, "condition": "t.n > 1"}),
+        MergeSpecError,
+        "clauses[0] (when: not_matched_by_source): " + NOT_LAST.format("not_matched_by_source"),
+    ),
+]
+
+WIDE = long_text("s.n > 0", " or s.n > 0", 200_000)
+TOO_LONG = "characters long (at most 100000)"
+TOO_DEEP = "nests parentheses 3000 deep (at most 200)"
+EXPRESSIONS = [
+    case(
+        "set-unknown-column",
+        clauses(update({"nope": "s.v"})),
+        MergeSpecError,
+        c0() + ": `set` names column 'nope', which the target {db}.t does not have",
+    ),
+    case(
+        "values-unknown-column",
+        clauses(insert({"id": "s.id", "zz": "1"})),
+        MergeSpecError,
+        c0("insert", "not_matched") + ": `values` names column 'zz'",
+    ),
+    case(
+        "set-column-twice",
+        clauses(update({"v": "s.v", "V": "upper(s.v)"})),
+        MergeSpecError,
+        c0() + ": column 'V' is assigned twice in `set`",
+    ),
+    case(
+        "values-column-twice",
+        clauses(insert({"id": "s.id", "ID": "s.id + 1"})),
+        MergeSpecError,
+        "column 'ID' is assigned twice in `values`",
+    ),
+    case(
+        "condition-unresolvable",
+        clauses(update("*", "s.missing = 1")),
+        MergeSpecError,
+        c0() + " condition (s.missing = 1) cannot be resolved",
+        "missing",
+    ),
+    case(
+        "condition-syntax",
+        clauses(update("*", "n = = 5")),
+        MergeSpecError,
+        c0() + " condition (n = = 5)",
+        "Syntax",
+    ),
+    case(
+        "condition-open-paren", clauses(update("*", "(")), MergeSpecError, c0() + " condition (()", "Syntax"
+    ),
+    case(
+        "value-syntax",
+        clauses(update({"v": "s.v +"})),
+        MergeSpecError,
+        c0() + " `set` for 'v' (s.v +)",
+        "Syntax",
+    ),
+    case(
+        "value-statement",
+        clauses(update({"v": "s.v; drop table {db}.t"})),
+        MergeSpecError,
+        c0() + " `set` for 'v' (s.v; drop table {db}.t)",
+    ),
+    case(
+        "condition-int-typed",
+        clauses(update("*", "s.n + 1")),
+        MergeSpecError,
+        c0() + " condition (s.n + 1) must be a boolean expression, got int",
+    ),
+    case(
+        "condition-string-typed",
+        clauses(update("*", "'yes'")),
+        MergeSpecError,
+        "condition ('yes') must be a boolean expression, got string",
+    ),
+    case(
+        "condition-rand",
+        clauses(update("*", "rand() > 0.5")),
+        MergeSpecError,
+        c0() + " condition (rand() > 0.5) is non-deterministic",
+    ),
+    case(
+        "value-uuid",
+        clauses(update({"v": "uuid()"})),
+        MergeSpecError,
+        c0() + " `set` for 'v' (uuid()) is non-deterministic",
+    ),
+    case(
+        "values-rand",
+        clauses(insert({"id": "s.id", "n": "cast(rand() * 10 as int)"})),
+        MergeSpecError,
+        "`values` for 'n' (cast(rand() * 10 as int)) is non-deterministic",
+    ),
+    case(
+        "on-rand",
+        {"on": "t.id = s.id and rand() < 2"},
+        MergeSpecError,
+        "`on` (t.id = s.id and rand() < 2) is non-deterministic",
+    ),
+    case(
+        "not-matched-condition-target",
+        clauses(insert("*", "t.n > 0")),
+        MergeSpecError,
+        c0("insert", "not_matched") + " condition (t.n > 0) may reference only the source (s)",
+    ),
+    case(
+        "not-matched-values-target",
+        clauses(insert({"id": "s.id", "v": "t.v"})),
+        MergeSpecError,
+        c0("insert", "not_matched") + " `values` for 'v' (t.v) may reference only the source (s)",
+    ),
+    case(
+        "nmbs-condition-source",
+        clauses({**NMBS_DELETE, "condition": "s.n > 0"}),
+        MergeSpecError,
+        c0("delete", "not_matched_by_source") + " condition (s.n > 0) may reference only the target (t)",
+    ),
+    case(
+        "nmbs-set-source",
+        clauses(update({"v": "concat(t.v, s.v)"}, when="not_matched_by_source")),
+        MergeSpecError,
+        c0("update", "not_matched_by_source")
+        + " `set` for 'v' (concat(t.v, s.v)) may reference only the target",
+    ),
+    case(
+        "nmbs-set-star",
+        clauses(update("*", when="not_matched_by_source")),
+        MergeSpecError,
+        c0("update", "not_matched_by_source") + ": `set: *` needs a source row",
+        problems=None,
+    ),
+    case(
+        "star-source-lacks-column",
+        {"source": "{db}_src_nocol"},
+        MergeSpecError,
+        c0() + ": `set: *` needs source column 'n'",
+        problems=2,  # the insert * too
+    ),
+    case(
+        "source-reserved-prefix",
+        {"source": "{db}_src_reserved"},
+        MergeSpecError,
+        "source column(s) __rowmerge_x use the reserved prefix __rowmerge_",
+    ),
+    case(
+        "value-struct-into-int",
+        clauses(update({"n": "named_struct('a', s.n)"})),
+        MergeSpecError,
+        c0()
+        + ": value (named_struct('a', s.n)) of type struct<a:int> cannot be cast to column 'n' of type int",
+    ),
+    case(
+        "value-array-into-int",
+        clauses(insert({"id": "s.id", "n": "array(s.n)"})),
+        MergeSpecError,
+        "value (array(s.n)) of type array<int> cannot be cast to column 'n' of type int",
+    ),
+    case(
+        "star-struct-into-int",
+        {"source": "{db}_src_struct"},
+        MergeSpecError,
+        c0() + ": value (s.n) of type struct<a:int> cannot be cast to column 'n' of type int",
+        problems=2,  # the insert * too
+    ),
+    case(
+        "set-sum",
+        clauses(update({"n": "sum(s.n)"})),
+        MergeSpecError,
+        c0() + " `set` for 'n' (sum(s.n)) uses an aggregate",
+    ),
+    case(
+        "values-count",
+        clauses(insert({"id": "s.id", "n": "count(*)"})),
+        MergeSpecError,
+        "`values` for 'n' (count(*)) uses an aggregate function",
+    ),
+    case(
+        "condition-sum",
+        clauses(update("*", "sum(s.n) > 0")),
+        MergeSpecError,
+        c0() + " condition (sum(s.n) > 0) uses an aggregate function",
+    ),
+    case(
+        "set-window",
+        clauses(update({"n": "count(*) over ()"})),
+        MergeSpecError,
+        c0() + " `set` for 'n' (count(*) over ()) uses a window function",
+    ),
+    case(
+        "values-row-number",
+        clauses(insert({"id": "s.id", "n": "row_number() over (order by s.id)"})),
+        MergeSpecError,
+        "`values` for 'n' (row_number() over (order by s.id)) uses a window function",
+    ),
+    case(
+        "condition-window",
+        clauses(update("*", "row_number() over (order by s.id) = 1")),
+        MergeSpecError,
+        c0() + " condition (row_number() over (order by s.id) = 1) uses a window function",
+    ),
+    case(
+        "set-explode",
+        clauses(update({"n": "explode(array(1, 2))"})),
+        MergeSpecError,
+        c0() + " `set` for 'n' (explode(array(1, 2))) uses a generator",
+    ),
+    case(
+        "condition-explode",
+        clauses(update("*", "explode(array(true, false))")),
+        MergeSpecError,
+        c0() + " condition (explode(array(true, false))) uses a generator",
+    ),
+    case(
+        "set-current-time",
+        clauses(update({"v": "cast(current_time() as string)"})),
+        MergeSpecError,
+        c0() + " `set` for 'v' (cast(current_time() as string))",
+        "current_time() would take a different value",
+    ),
+    case(
+        "condition-current-time",
+        clauses(update("*", "current_time is not null")),
+        MergeSpecError,
+        c0() + " condition (current_time is not null)",
+        "current_time would take a different value",
+    ),
+    case(
+        "on-current-time", {"on": "t.id = s.id and current_time() is not null"}, MergeSpecError, "`on` (t.id"
+    ),
+    case(
+        "condition-deep-parens",
+        clauses(update("*", nested("s.n > 0", 3000))),
+        MergeSpecError,
+        "clauses[0] (when: matched): `condition` " + TOO_DEEP,
+        max_s=2.0,
+    ),
+    case(
+        "on-deep-parens",
+        {"on": nested("t.id = s.id", 3000)},
+        MergeSpecError,
+        "`on` ((((",
+        TOO_DEEP,
+        max_s=2.0,
+    ),
+    case(
+        "value-deep-parens",
+        clauses(update({"n": nested("s.n", 3000)})),
+        MergeSpecError,
+        "clauses[0] (when: matched): `set` value for column 'n' " + TOO_DEEP,
+        max_s=2.0,
+    ),
+    case(
+        "condition-200k",
+        clauses(update("*", WIDE)),
+        MergeSpecError,
+        "clauses[0] (when: matched): `condition` is 200",
+        TOO_LONG,
+        max_s=2.0,
+    ),
+    case(
+        "on-200k", {"on": "t.id = s.id and (" + WIDE + ")"}, MergeSpecError, "`on` (t.id", TOO_LONG, max_s=2.0
+    ),
+    case(
+        "value-200k",
+        clauses(insert({"id": "s.id", "v": "'" + "x" * 200_000 + "'"})),
+        MergeSpecError,
+        "clauses[0] (when: not_matched): `values` value for column 'v' is 200002",
+        TOO_LONG,
+        max_s=2.0,
+    ),
+    case(
+        "condition-not-chain",
+        clauses(update("*", "not " * 20_000 + "true")),
+        MergeSpecError,
+        c0() + " condition (not not",
+        max_s=10.0,
+    ),
+    case(
+        "value-plus-chain",
+        clauses(update({"n": "+".join(["1"] * 30_000)})),
+        MergeSpecError,
+        c0() + " `set` for 'n' (1+1+1",
+        max_s=10.0,
+    ),
+    case(
+        "on-not-chain",
+        {"on": "not " * 20_000 + "t.id = s.id"},
+        MergeSpecError,
+        "`on` (not not",
+        max_s=10.0,
+    ),
+    case(
+        "value-ambiguous",
+        clauses(update({"v": "v"})),
+        MergeSpecError,
+        c0() + " `set` for 'v' (v) cannot be resolved",
+        "AMBIGUOUS_REFERENCE",
+    ),
+    case("value-nul-char", clauses(update({"v": "s.v\x00"})), MergeSpecError, c0() + " `set` for 'v' (s.v"),
+    case(
+        "condition-exists-subquery",
+        clauses(update("*", "exists (select 1 from {db}.t x where x.id = s.id)")),
+        MergeSpecError,
+        c0() + " condition (exists (select 1",
+    ),
+    case(
+        "on-unresolvable",
+        {"on": "t.id = s.nope"},
+        MergeSpecError,
+        "`on` (t.id = s.nope) cannot be resolved",
+        "nope",
+    ),
+    case("on-int-typed", {"on": "t.id + s.id"}, MergeSpecError, "`on` (t.id + s.id)", 'expected "BOOLEAN"'),
+    case(
+        "on-unknown-alias",
+        {"on": "x.id = s.id"},
+        MergeSpecError,
+        "`on` (x.id = s.id) cannot be resolved",
+        "x",
+    ),
+    case(
+        "on-syntax",
+        {"on": "t.id = = s.id"},
+        MergeSpecError,
+        "`on` (t.id = = s.id) cannot be resolved",
+        "Syntax",
+    ),
+    case("on-aggregate", {"on": "t.id = max(s.id)"}, MergeSpecError, "`on` (t.id = max(s.id))"),
+]
+
+TABLES = [
+    case(
+        "target-missing-table",
+        {"target": "{db}.nope"},
+        UnsupportedTableError,
+        "MERGE target {db}.nope does not exist",
+    ),
+    case(
+        "target-missing-db",
+        {"target": "{db}_nodb.t"},
+        UnsupportedTableError,
+        "MERGE target {db}_nodb.t does not",
+    ),
+    case(
+        "target-view",
+        {"target": "{db}.vw"},
+        UnsupportedTableError,
+        "MERGE target {db}.vw is a view",
+        setup=_view,
+    ),
+    case(
+        "target-temp-view", {"target": "{db}_src"}, UnsupportedTableError, "MERGE target {db}_src is a view"
+    ),
+    case(
+        "target-csv",
+        {"target": "{db}.csv_t", "change_data_feed": None},
+        UnsupportedTableError,
+        "MERGE target {db}.csv_t has format 'csv'",
+        watch=("csv_t",),
+        setup=_csv,
+    ),
+    case(
+        "target-hive-text",
+        {"target": "{db}.txt_t", "change_data_feed": None},
+        UnsupportedTableError,
+        "MERGE target {db}.txt_t has format 'hive'",
+        watch=("txt_t",),
+        setup=_hive_text,
+    ),
+    case(
+        "cdf-plain-table",
+        {"change_data_feed": {"table": "{db}.plain"}},
+        UnsupportedTableError,
+        "change_data_feed table {db}.plain " + NOT_FEED,
+        watch=(*SHARED, "plain"),
+        setup=_plain,
+    ),
+    case(
+        "cdf-is-target",
+        {"change_data_feed": {"table": "{db}.t"}},
+        UnsupportedTableError,
+        "change_data_feed table {db}.t " + NOT_FEED,
+    ),
+    case(
+        "cdf-is-view",
+        {"change_data_feed": {"table": "{db}.vw"}},
+        UnsupportedTableError,
+        "change_data_feed table {db}.vw " + NOT_FEED,
+        setup=_view,
+    ),
+    case(
+        "cdf-missing-db",
+        {"change_data_feed": {"table": "{db}_nodb.changes"}},
+        UnsupportedTableError,
+        "change_data_feed table {db}_nodb.changes",
+    ),
+    case(
+        "target-change-type-column",
+        {
+            "target": "{db}.ct",
+            "change_data_feed": {"table": "{db}.ct__changes"},
+            **clauses(update({"v": "s.v"})),
+        },
+        MergeSpecError,
+        "change_data_feed: the target has a column named _change_type",
+        watch=("ct", "ct__changes"),
+        setup=_change_type_target,
+    ),
+    case(
+        "cdf-missing-catalog",
+        {"change_data_feed": {"table": "nocat.{db}.changes"}},
+        UnsupportedTableError,
+        "change_data_feed table nocat.{db}.changes",
+    ),
+    case(
+        "source-duplicate-column",
+        {"source": "{db}_src_twice"},
+        MergeSpecError,
+        "source",
+        "N",
+        problems=None,
+    ),
+    case(
+        "source-streaming",
+        {"source": "{db}_src_stream"},
+        UnsupportedTableError,
+        "MERGE source {db}_src_stream",
+        setup=_stream,
+    ),
+    case(
+        "source-missing-view",
+        {"source": "{db}_nope"},
+        UnsupportedTableError,
+        "MERGE source {db}_nope cannot be read",
+        "`source`",
+    ),
+]
+
+RUNTIME = [
+    case(
+        "cast-update",
+        {"source": "{db}_src_badcast"},
+        CastError,
+        "MERGE into {db}.t failed",
+        "column 'n' (int), value 'abc'",
+    ),
+    case(
+        "cast-insert",
+        {"source": "{db}_src_badinsert"},
+        CastError,
+        "MERGE into {db}.t failed",
+        "column 'n' (int), value 'x9'",
+    ),
+    case(
+        "cardinality-update",
+        {"source": "{db}_src_dup"},
+        CardinalityViolation,
+        "1 target row(s) matched more than one source row",
+        "id=1 matched 2 source rows",
+    ),
+    case(
+        "cardinality-conditional-delete",
+        {"source": "{db}_src_dup", "clauses": [{**DELETE, "condition": "s.n > 0"}]},
+        CardinalityViolation,
+        "matched more than one source row",
+        "id=1 matched 2 source rows",
+    ),
+]
+
+CATALOGUE = SPEC_SHAPE + NAMES + FLAGS + CLAUSE_SHAPES + EXPRESSIONS + TABLES + RUNTIME
+
+
+# -- machinery -----------------------------------------------------------------------------------
+
+
+def fill(value: Any, db: str) -> Any:
+    """``value`` with "{db}" replaced in every string (keys included), containers rebuilt."""
+    if isinstance(value, str):
+        return value.replace("{db}", db)
+    if isinstance(value, Mapping):
+        return {fill(k, db): fill(v, db) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fill(v, db) for v in value]
+    return value
+
+
+def build_spec(item: BadInput, db: str) -> Any:
+    if isinstance(item.spec, Whole):
+        return fill(item.spec.spec, db)
+    spec = dict(BASE)
+    for key, value in item.spec.items():
+        if value is DROP:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    return fill(spec, db)
+
+
+def folder_state(root: str) -> dict[str, str] | None:
+    """Every file under ``root`` (relative path -> sha256), except the writer lease; None if no folder."""
+    if not os.path.exists(root):
+        return None
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        if rel == "_rowmerge_log":
+            dirnames[:] = [d for d in dirnames if d != "lock"]
+        for name in filenames:
+            with open(os.path.join(dirpath, name), "rb") as fh:
+                out[os.path.join(rel, name)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+@dataclass(frozen=True)
+class Env:
+    db: str
+    folder: str  # the database's folder; a managed table's folder is <folder>/<table>
+
+    def states(self, tables: tuple[str, ...]) -> dict[str, dict[str, str] | None]:
+        return {t: folder_state(os.path.join(self.folder, t)) for t in tables}
+
+
+@pytest.fixture(scope="module")
+def env(spark: SparkSession) -> Iterator[Env]:
+    """A database with the shared target {db}.t (version 0, empty change table) and the sources."""
+    db = "bad_" + uuid.uuid4().hex[:10]
+    spark.sql(f"CREATE DATABASE {db}")
+    location = [r[1] for r in spark.sql(f"DESCRIBE DATABASE EXTENDED {db}").collect() if r[0] == "Location"][
+        0
+    ]
+    create_table(spark, f"{db}.t", DDL, TARGET_FILES)
+    start_history(spark, f"{db}.t", "CREATE TABLE", f"{db}.t__changes")
+    source_view(spark, f"{db}_src", DDL, SOURCE_ROWS)
+    for suffix, (ddl, data) in EXTRA_SOURCES.items():
+        source_view(spark, f"{db}_src_{suffix}", ddl, data)
+    yield Env(db, urlparse(location).path)
+    for view in spark.catalog.listTables():
+        if view.isTemporary and view.name.startswith(db):
+            spark.catalog.dropTempView(view.name)
+    spark.sql(f"DROP DATABASE IF EXISTS {db} CASCADE")
+
+
+@pytest.mark.parametrize("item", CATALOGUE)
+def test_run_merge_rejects_bad_input_and_changes_nothing(
+    spark: SparkSession, env: Env, item: BadInput
+) -> None:
+    if item.setup is not None:
+        item.setup(spark, env.db)
+    spec = build_spec(item, env.db)
+    before = env.states(item.watch)
+    started = time.monotonic()
+    try:
+        run_merge(spark, spec)
+    except Exception as exc:  # noqa: BLE001 - the class is what this test checks
+        error: Exception = exc
+    else:
+        pytest.fail(f"{item.id}: run_merge accepted the input")
+    elapsed = time.monotonic() - started
+    after = env.states(item.watch)
+
+    assert type(error) is item.raises, f"{type(error).__module__}.{type(error).__name__}: {error}"
+    fragments = [fill(f, env.db) for f in item.fragments]
+    if isinstance(error, MergeSpecError):
+        assert any(all(f in p for f in fragments) for p in error.problems), (fragments, error.problems)
+        if item.problems is not None:
+            assert len(error.problems) == item.problems, error.problems
+    else:
+        assert all(f in str(error) for f in fragments), (fragments, str(error))
+    messages = error.problems if isinstance(error, MergeSpecError) else [str(error)]
+    assert all(len(m) <= MAX_MESSAGE for m in messages), [f"{m[:200]}... ({len(m)} chars)" for m in messages]
+    assert after == before
+    if item.max_s is not None:
+        assert elapsed < item.max_s, f"rejected after {elapsed:.1f} s"
+
+
+def test_catalogue_has_at_least_110_distinct_cases() -> None:
+    ids = [p.values[0].id for p in CATALOGUE]
+    assert len(ids) == len(set(ids))
+    assert len(ids) >= 110
+
+
+# -- inputs accepted on purpose ------------------------------------------------------------------
+
+
+def _fresh(spark: SparkSession, name: str, ddl: str, data: list[tuple[Any, ...]], changes: str) -> None:
+    create_table(spark, name, ddl, [data])
+    start_history(spark, name, "CREATE TABLE", changes)
+
+
+def _changes(spark: SparkSession, name: str) -> list[tuple[Any, ...]]:
+    spark.catalog.refreshTable(name)
+    data = [tuple(r) for r in spark.table(name).drop("_commit_timestamp").collect()]
+    return sorted(data, key=lambda r: tuple((v is not None, str(v)) for v in r))
+
+
+def test_run_merge_accepts_boolean_conditions_and_literal_values(spark: SparkSession, env: Env) -> None:
+    t = f"{env.db}.acc_bool"
+    _fresh(spark, t, DDL, [(1, "a", 1), (2, "b", 2), (3, "c", 3)], f"{t}__changes")
+    src = source_view(spark, f"{env.db}_acc_bool_src", DDL, [(1, "A", 10), (2, "B", 20), (4, "D", 40)])
+    run_merge(
+        spark,
+        {
+            "target": t,
+            "source": src,
+            "target_alias": "t",
+            "source_alias": "s",
+            "on": "t.id = s.id",
+            "clauses": [
+                {"when": "matched", "condition": False, "action": "delete"},
+                update({"v": "s.v", "n": 7}, condition=True),
+                insert({"id": "s.id", "v": True, "n": 0}, condition=True),
+                update({"n": -1}, condition=True, when="not_matched_by_source"),
+            ],
+            "change_data_feed": {"table": f"{t}__changes"},
+        },
+    )
+    assert rows(spark, t) == [(1, "A", 7), (2, "B", 7), (3, "c", -1), (4, "true", 0)]
+
+
+def test_run_merge_accepts_map_columns_and_skips_unchanged_maps(spark: SparkSession, env: Env) -> None:
+    t = f"{env.db}.acc_map"
+    ddl = "id long, m map<string,int>"
+    _fresh(spark, t, ddl, [(1, {"a": 1, "b": 2}), (2, {"x": 1})], f"{t}__changes")
+    src = source_view(
+        spark, f"{env.db}_acc_map_src", ddl, [(1, {"b": 2, "a": 1}), (2, {"x": 2}), (3, {"z": 0})]
+    )
+    result = run_merge(
+        spark,
+        {
+            "target": t,
+            "source": src,
+            "on": "DBT_INTERNAL_DEST.id = DBT_INTERNAL_SOURCE.id",
+            "clauses": [UPDATE_ALL, INSERT_ALL],
+            "change_data_feed": {"table": f"{t}__changes"},
+        },
+    )
+    assert rows(spark, t) == [(1, {"a": 1, "b": 2}), (2, {"x": 2}), (3, {"z": 0})]
+    assert result.metrics["numTargetRowsUpdated"] == 1
+    assert _changes(spark, f"{t}__changes") == [
+        (2, {"x": 1}, "update_preimage", 1),
+        (2, {"x": 2}, "update_postimage", 1),
+        (3, {"z": 0}, "insert", 1),
+    ]
+
+
+def test_run_merge_accepts_keys_and_names_in_odd_case(spark: SparkSession, env: Env) -> None:
+    t = f"{env.db}.acc_case"
+    _fresh(spark, t, DDL, [(1, "a", 1), (2, "b", 2), (3, "c", 3)], f"{t}__changes")
+    src = source_view(spark, f"{env.db}_acc_case_src", DDL, [(1, "A", 10), (4, "D", 40)])
+    run_merge(
+        spark,
+        {
+            "target": t.upper(),
+            "source": src.upper(),
+            "target_alias": "Tgt",
+            "source_alias": "SRC",
+            "on": "tgt.ID = Src.Id",
+            "clauses": [
+                {"when": " Matched ", "action": "UPDATE", "set": {"V": "SRC.V", "N": "src.n + TGT.N"}},
+                {
+                    "when": "NOT MATCHED BY TARGET",
+                    "action": "Insert",
+                    "values": {"ID": "Src.ID", "v": "lower(src.V)"},
+                },
+                {"when": "Not Matched By Source", "condition": "TGT.n > 2", "action": "Delete"},
+            ],
+            "change_data_feed": {"table": f"{t}__changes".upper()},
+        },
+    )
+    assert rows(spark, t) == [(1, "A", 11), (2, "b", 2), (4, "d", None)]
+    assert _changes(spark, f"{t}__changes") == [
+        (1, "A", 11, "update_postimage", 1),
+        (1, "a", 1, "update_preimage", 1),
+        (3, "c", 3, "delete", 1),
+        (4, "d", None, "insert", 1),
+    ]
+
+
+def test_run_merge_accepts_names_that_need_back_quotes(spark: SparkSession, env: Env) -> None:
+    t = f"{env.db}.`odd t-1`"
+    spark.sql(f"CREATE TABLE {t} (id BIGINT, `my col` STRING, `a.b` INT, `x``y` INT) USING parquet")
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'one', 1, 10), (2, 'two', 2, 20)")
+    start_history(spark, t, "CREATE TABLE", f"{env.db}.odd_t_1__changes")
+    ddl = "id long, `my col` string, `a.b` int, `x``y` int"
+    src = f"{env.db} odd src-1"
+    spark.createDataFrame([(1, "uno", 5, 50), (3, "tres", 3, 30)], ddl).createOrReplaceTempView(f"`{src}`")
+    run_merge(
+        spark,
+        {
+            "target": t,
+            "source": f"`{src}`",
+            "target_alias": "t",
+            "source_alias": "s",
+            "on": "t.id = s.id",
+            "clauses": [
+                update({"my col": "concat(s.`my col`, '!')", "a.b": "s.`a.b` + t.`a.b`"}),
+                INSERT_ALL,
+            ],
+            "change_data_feed": {"table": f"{env.db}.odd_t_1__changes"},
+        },
+    )
+    assert rows(spark, t) == [(1, "uno!", 6, 10), (2, "two", 2, 20), (3, "tres", 3, 30)]
+    assert _changes(spark, f"{env.db}.odd_t_1__changes") == [
+        (1, "one", 1, 10, "update_preimage", 1),
+        (1, "uno!", 6, 10, "update_postimage", 1),
+        (3, "tres", 3, 30, "insert", 1),
+    ]

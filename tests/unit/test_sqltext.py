@@ -1,0 +1,125 @@
+"""SQL text the engine builds: names, types, expression limits, pinned time functions (sqltext.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from pyspark.sql.types import ArrayType, IntegerType, MapType, StringType, StructField, StructType
+
+from dbt.adapters.rowmerge.merge.sqltext import (
+    UnpinnableTime,
+    check_path_safe,
+    expression_problem,
+    parse_name,
+    pin_time,
+    quote_name,
+    sql_type,
+)
+
+AT = datetime(2026, 11, 23, 14, 5, 6, 789000, tzinfo=timezone.utc)
+MICROS = 1795442706789000
+TS = f"timestamp_micros({MICROS})"
+
+
+@pytest.mark.parametrize(
+    "text, parts",
+    [
+        ("db.t", ("db", "t")),
+        ("  t ", ("t",)),
+        ("spark_catalog.db.t_1", ("spark_catalog", "db", "t_1")),
+        ("`db`.`my table`", ("db", "my table")),
+        ("db.`x``y`", ("db", "x`y")),
+        ("db.`a.b`", ("db", "a.b")),
+        ("db.`c -- feed`", ("db", "c -- feed")),
+    ],
+)
+def test_sqltext_parse_name_accepts_plain_and_back_quoted_parts(text, parts):
+    assert parse_name(text) == parts
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("db.t -- nightly", "unexpected ' -- nightly'"),
+        ("db.t; drop table db.t", "unexpected '; drop table db.t'"),
+        ("select * from t", "unexpected ' * from t'"),
+        ("db.`t", "a back-quote is not closed"),
+        ("db..t", "unexpected '.t'"),
+        ("a.b.c.d", "it has 4 parts"),
+        ("db.``", "it has an empty part"),
+        ("", "it is empty"),
+        ("db.t)", "unexpected ')'"),
+    ],
+)
+def test_sqltext_parse_name_rejects_anything_else(text, why):
+    with pytest.raises(ValueError, match=__import__("re").escape(why)):
+        parse_name(text)
+
+
+def test_sqltext_quote_name_round_trips():
+    for parts in [("db", "t"), ("db", "x`y"), ("c", "d", "a b")]:
+        assert parse_name(quote_name(parts)) == parts
+
+
+def test_sqltext_path_safe_names():
+    check_path_safe(("db", "orders__changes", "Überschrift"))
+    for bad in ("../x", "a/b", "a b", ".", "a\\b"):
+        with pytest.raises(ValueError, match="may hold only letters, digits and underscores"):
+            check_path_safe(("db", bad))
+
+
+def test_sqltext_sql_type_quotes_nested_names():
+    dtype = StructType(
+        [
+            StructField("a b", IntegerType()),
+            StructField(
+                "c`d", ArrayType(MapType(StringType(), StructType([StructField("e,f", IntegerType())])))
+            ),
+        ]
+    )
+    assert sql_type(dtype) == "STRUCT<`a b`: int, `c``d`: ARRAY<MAP<string, STRUCT<`e,f`: int>>>>"
+
+
+def test_sqltext_expression_limits():
+    assert expression_problem("(" * 200 + "1" + ")" * 200) is None
+    assert expression_problem("(" * 201 + "1" + ")" * 201) == "nests parentheses 201 deep (at most 200)"
+    assert expression_problem("'" + "(" * 500 + "'") is None  # inside a string: not nesting
+    assert expression_problem("x" * 100_001) == "is 100001 characters long (at most 100000)"
+
+
+@pytest.mark.parametrize(
+    "text, pinned",
+    [
+        ("current_timestamp()", TS),
+        ("CURRENT_TIMESTAMP ( )", TS),
+        ("now() - interval 1 day", f"{TS} - interval 1 day"),
+        ("current_timestamp", TS),
+        ("current_date", f"CAST({TS} AS DATE)"),
+        ("curdate()", f"CAST({TS} AS DATE)"),
+        ("localtimestamp()", f"CAST({TS} AS TIMESTAMP_NTZ)"),
+        ("unix_timestamp()", "CAST(1795442706 AS BIGINT)"),
+        ("unix_timestamp(t.at)", "unix_timestamp(t.at)"),
+        ("'current_timestamp()'", "'current_timestamp()'"),
+        ("`now`", "`now`"),
+        ("t.now", "t.now"),
+        ("s.current_date", "s.current_date"),
+        ("now", "now"),  # a column: Spark has no bare now
+        ("x -- current_timestamp()\n", "x -- current_timestamp()\n"),
+        ("/* now() */ 1", "/* now() */ 1"),
+        ("coalesce(t.at, current_timestamp())", f"coalesce(t.at, {TS})"),
+    ],
+)
+def test_sqltext_pin_time_replaces_only_real_calls(text, pinned):
+    assert pin_time(text, AT) == pinned
+
+
+def test_sqltext_pin_time_leaves_a_column_named_like_a_bare_function():
+    assert pin_time("current_date > 1", AT, columns=["CURRENT_DATE"]) == "current_date > 1"
+    assert pin_time("current_date() > 1", AT, columns=["current_date"]).startswith("CAST(")
+
+
+@pytest.mark.parametrize("text", ["current_time()", "current_time(3)", "current_time"])
+def test_sqltext_pin_time_refuses_current_time(text):
+    with pytest.raises(UnpinnableTime, match="would take a different value in each pass of the merge"):
+        pin_time(text, AT)
