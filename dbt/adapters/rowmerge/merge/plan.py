@@ -28,7 +28,7 @@ from pyspark.sql.utils import AnalysisException
 
 from .errors import MergeSpecError
 from .spec import Clause, MergeSpec
-from .sqltext import UnpinnableTime, pin_time
+from .sqltext import UnpinnableTime, pin_time, shorten
 from .table import TargetTable
 
 PREFIX = "__rowmerge_"
@@ -62,7 +62,7 @@ def _short(exc: Exception) -> str:
     if text.startswith("An error occurred while calling"):  # py4j: the JVM's reason is next
         lines = [ln.strip(": ") for ln in str(exc).splitlines()[1:] if ln.strip()]
         text = lines[0] if lines else text
-    return re.sub(r"\s*SQLSTATE: \w+", "", text)
+    return shorten(re.sub(r"\s*SQLSTATE: \w+", "", text), 400)
 
 
 def _has_map(dtype: DataType) -> bool:
@@ -119,12 +119,29 @@ def _node_classes(jplan: Any) -> list[str]:
     return out
 
 
+def _has_subquery(jplan: Any) -> bool:
+    """True if the top node's own expressions hold a subquery (EXISTS, IN (SELECT ...), scalar)."""
+    exprs = jplan.expressions()
+    stack = [exprs.apply(i) for i in range(exprs.size())]
+    while stack:
+        e = stack.pop()
+        name = str(e.getClass().getSimpleName())
+        if "Subquery" in name or name in ("Exists", "ListQuery"):
+            return True
+        children = e.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return False
+
+
 def _not_row_by_row(probe: DataFrame, base: list[str]) -> str | None:
     """What in ``probe`` (a select over a frame with plan nodes ``base``) is not row by row."""
-    classes = _node_classes(probe._jdf.queryExecution().analyzed())
+    analyzed = probe._jdf.queryExecution().analyzed()
+    classes = _node_classes(analyzed)
     for cls, what in NOT_ROW_BY_ROW.items():
         if classes.count(cls) > base.count(cls):
             return what
+    if _has_subquery(analyzed):
+        return "a subquery"
     return None
 
 
@@ -358,7 +375,7 @@ def build_plan(
         try:
             return pin_time(text, commit_time, column_names)
         except UnpinnableTime as exc:
-            problems.append(f"{what} ({text}): {exc}")
+            problems.append(f"{what} ({shorten(text)}): {exc}")
             return None
 
     ta, sa = spec.target_alias, spec.source_alias
@@ -368,6 +385,17 @@ def build_plan(
     reserved = [c for c in source.columns if c.lower().startswith(PREFIX)]
     if reserved:
         problems.append(f"source column(s) {', '.join(reserved)} use the reserved prefix {PREFIX}")
+    by_lower: dict[str, list[str]] = {}
+    for c in source.columns:
+        by_lower.setdefault(c.lower(), []).append(c)
+    twins = [names for names in by_lower.values() if len(names) > 1]
+    case_sensitive = str(source.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    if twins and not case_sensitive and any(c.star for c in spec.clauses):
+        shown = "; ".join(", ".join(names) for names in twins)
+        problems.append(
+            f"the source has columns whose names differ only in letter case ({shown}); Spark matches "
+            "names case-insensitively, so `*` cannot tell them apart. Rename them in the model SQL"
+        )
 
     src_by_lower = {c.lower(): c for c in source.columns if not c.lower().startswith(PREFIX)}
     tgt_lower = {f.name.lower() for f in target.schema.fields}
@@ -390,13 +418,23 @@ def build_plan(
         on_col = F.expr(on_text)
         joined = s_ctx.join(t_ctx, on_col, "inner")
         if not joined._jdf.queryExecution().analyzed().deterministic():
-            problems.append(f"`on` ({spec.on}) is non-deterministic; a merge condition must be repeatable")
+            problems.append(
+                f"`on` ({shorten(spec.on)}) is non-deterministic; a merge condition must be repeatable"
+            )
     except Exception as exc:  # AnalysisException, or the parser giving up (py4j)
         if "NON_DETERMINISTIC" in str(exc):
-            problems.append(f"`on` ({spec.on}) is non-deterministic; a merge condition must be repeatable")
+            problems.append(
+                f"`on` ({shorten(spec.on)}) is non-deterministic; a merge condition must be repeatable"
+            )
         else:
-            problems.append(f"`on` ({spec.on}) cannot be resolved: {_short(exc)}")
+            problems.append(f"`on` ({shorten(spec.on)}) cannot be resolved: {_short(exc)}")
         raise MergeSpecError(problems) from None
+    if _has_subquery(joined._jdf.queryExecution().analyzed()):
+        problems.append(
+            f"`on` ({shorten(spec.on)}) uses a subquery; join the data in the model SQL and compare "
+            "with that source column"
+        )
+        raise MergeSpecError(problems)
     base_nodes = {
         id(ctx): _node_classes(ctx._jdf.queryExecution().analyzed()) for ctx in (s_ctx, t_ctx, joined)
     }
@@ -415,27 +453,31 @@ def build_plan(
             if scope_hint is not None:
                 try:
                     joined.select(F.expr(expr_text))
-                    problems.append(f"{what} ({text}) may reference only {scope_hint}")
+                    problems.append(f"{what} ({shorten(text)}) may reference only {scope_hint}")
                     return None
                 except Exception:
                     pass
-            problems.append(f"{what} ({text}) cannot be resolved: {_short(exc)}")
+            problems.append(f"{what} ({shorten(text)}) cannot be resolved: {_short(exc)}")
             return None
         except Exception as exc:  # the parser or analyzer gave up (py4j error)
-            problems.append(f"{what} ({text}) cannot be analysed: {_short(exc)}")
+            problems.append(f"{what} ({shorten(text)}) cannot be analysed: {_short(exc)}")
             return None
         kind = _not_row_by_row(probe, base_nodes[id(ctx)])
         if kind is not None:
             problems.append(
-                f"{what} ({text}) uses {kind}, which a merge cannot evaluate row by row; compute it "
-                "in the model SQL and refer to that source column"
+                f"{what} ({shorten(text)}) uses {kind}, which a merge cannot evaluate row by row; compute "
+                "it in the model SQL and refer to that source column"
             )
             return None
         dtype = probe.schema.fields[0].dataType
         if boolean and not isinstance(dtype, (BooleanType, NullType)):
-            problems.append(f"{what} ({text}) must be a boolean expression, got {dtype.simpleString()}")
+            problems.append(
+                f"{what} ({shorten(text)}) must be a boolean expression, got {dtype.simpleString()}"
+            )
         if not probe._jdf.queryExecution().analyzed().deterministic():
-            problems.append(f"{what} ({text}) is non-deterministic; conditions and values must be repeatable")
+            problems.append(
+                f"{what} ({shorten(text)}) is non-deterministic; conditions and values must be repeatable"
+            )
         return col, dtype
 
     def cast_to(
@@ -448,7 +490,7 @@ def build_plan(
             ctx.select(col.cast(fld.dataType))
         except AnalysisException:
             problems.append(
-                f"{what}: value ({text}) of type {src_type.simpleString()} cannot be cast to "
+                f"{what}: value ({shorten(text)}) of type {src_type.simpleString()} cannot be cast to "
                 f"column '{fld.name}' of type {fld.dataType.simpleString()}"
             )
             return col
@@ -462,7 +504,7 @@ def build_plan(
         message = F.concat(
             F.lit(f"{CAST_ERROR_MARK}[column '{fld.name}' ({declared}), value '"),
             col.cast("string"),
-            F.lit(f"' from {text}]"),
+            F.lit(f"' from {shorten(text)}]"),
         )
         return F.when(failure, F.raise_error(message)).otherwise(casted)
 

@@ -100,7 +100,7 @@ def _broadcast_threshold(spark: SparkSession) -> int:
 def read_source(spark: SparkSession, name: str) -> DataFrame:
     """The source relation (its name was validated by the spec)."""
     try:
-        return spark.table(sql_name(name))
+        df = spark.table(sql_name(name))
     except AnalysisException as exc:
         text = str(exc).strip()
         reason = re.sub(r"\s*SQLSTATE: \w+", "", text.splitlines()[0]) if text else type(exc).__name__
@@ -108,6 +108,12 @@ def read_source(spark: SparkSession, name: str) -> DataFrame:
             f"MERGE source {name} cannot be read: {reason}. Check the `source` name (dbt passes "
             "the model's temporary view; a Python caller creates one with createOrReplaceTempView)."
         ) from None
+    if df.isStreaming:
+        raise UnsupportedTableError(
+            f"MERGE source {name} is a streaming relation; a merge reads a batch source once. Merge "
+            "each micro-batch from foreachBatch instead (its DataFrame is a batch source)."
+        )
+    return df
 
 
 def materialize(spark: SparkSession, plan: MergePlan, source: DataFrame) -> MaterializedSource:

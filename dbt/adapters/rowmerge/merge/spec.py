@@ -9,12 +9,15 @@ schemas (column names, expression resolution) live in ``plan``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import MergeSpecError
-from .sqltext import check_path_safe, expression_problem, parse_name
+from .sqltext import check_path_safe, expression_problem, parse_name, shorten
+
+_ALIAS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 SPEC_VERSION = 1
 DEFAULT_TARGET_ALIAS = "DBT_INTERNAL_DEST"
@@ -176,10 +179,6 @@ def _check_assignments(
     return None
 
 
-def _shorten(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def static_problems(raw: Mapping[str, Any]) -> list[str]:
     """Every problem visible without Spark, as user-facing strings (empty = valid)."""
     try:
@@ -210,11 +209,13 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
     _check_name(raw, "target", problems)
     _check_name(raw, "source", problems)
     if _is_str(raw.get("on")):
-        _check_expression(raw["on"], f"`on` ({_shorten(raw['on'])})", problems)
-    target_alias = raw.get("target_alias") or DEFAULT_TARGET_ALIAS
-    source_alias = raw.get("source_alias") or DEFAULT_SOURCE_ALIAS
+        _check_expression(raw["on"], f"`on` ({shorten(raw['on'])})", problems)
+    target_alias = raw.get("target_alias")
+    source_alias = raw.get("source_alias")
+    target_alias = DEFAULT_TARGET_ALIAS if target_alias is None else target_alias
+    source_alias = DEFAULT_SOURCE_ALIAS if source_alias is None else source_alias
     for key, alias in (("target_alias", target_alias), ("source_alias", source_alias)):
-        if not isinstance(alias, str) or not alias.replace("_", "").isalnum():
+        if not isinstance(alias, str) or not _ALIAS.match(alias):
             problems.append(f"`{key}` must be a plain identifier, got {alias!r}")
     if isinstance(target_alias, str) and isinstance(source_alias, str):
         if target_alias.lower() == source_alias.lower():

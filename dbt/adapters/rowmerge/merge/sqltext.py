@@ -127,6 +127,16 @@ def sql_string(value: str) -> str:
 
 # -- expression text ------------------------------------------------------------------------
 
+SHOWN_CHARS = 120  # how much of an expression a message quotes
+
+
+def shorten(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` as a message quotes it: whole if short, else its start and its length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 1]}… ({len(text)} characters)"
+
+
 _TOKEN = re.compile(
     r"""
       (?P<string>'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")
