@@ -442,7 +442,7 @@ BAD = {
     "lock_negative": (
         "unique_key='id', lock_timeout_s=-1",
         "unique_key='id', change_data_feed=false",
-        "{prefix}`lock_timeout_s` must be a number of seconds >= 0, got -1",
+        "{prefix}`lock_timeout_s` must be a finite number of seconds >= 0, got -1",
     ),
 }
 
