@@ -575,3 +575,21 @@ def test_journal_reset_deletes_newest_first_each_entry_before_its_marker(spark, 
         versions, applied = journal_module.Journal(HadoopStorage(spark), loc).listing()
         assert len(versions) == 3 - (limit + 1) // 2 and set(versions) <= applied, (limit, versions, applied)
         assert not recover(spark, t).rolled_forward
+
+
+def test_journal_change_table_of_an_entry_must_be_a_change_feed(spark, db, monkeypatch, t):
+    other = f"{db}.plain"
+    create_table(spark, other, "id long, v string", [[(7, "g")]])
+    crash_after(monkeypatch, "entry")
+    with pytest.raises(SimulatedCrash):
+        merge(spark, t, source_view(spark, f"{db}_c", "id long, v string", [(1, "A")]), UPSERT,
+              change_data_feed={"table": f"{t}__changes"})  # fmt: skip
+    monkeypatch.undo()
+    path = log_dir(spark, t) / f"{1:020d}.json"
+    committed = json.loads(path.read_text())
+    committed["cdf"]["table"] = other
+    path.write_text(json.dumps(committed))
+    before = file_snapshot(spark, t), file_snapshot(spark, other)
+    with pytest.raises(JournalError, match=f"names change table {other}, which is not a change feed"):
+        recover(spark, t)
+    assert (file_snapshot(spark, t), file_snapshot(spark, other)) == before

@@ -587,11 +587,18 @@ class Journal:
                 return version
 
     # -- roll forward -----------------------------------------------------------------------
-    def apply(self, spark: SparkSession, entry: Entry, target: TargetTable) -> None:
-        """Roll ``entry`` forward on ``target``; repeatable. Call :meth:`check` first."""
-        add_columns(spark, target.ident, entry.new_columns)
+    def apply(self, spark: SparkSession, entry: Entry, target: TargetTable, prepared: bool = False) -> None:
+        """Roll ``entry`` forward on ``target``; repeatable. Call :meth:`check` first.
+
+        ``prepared``: the committing writer has just added the entry's columns and checked its
+        change table (before the commit point), so the catalog need not be asked again.
+        """
         cdf = entry.cdf
-        feed_ident = self._feed_table(spark, entry, cdf) if cdf else None
+        if prepared:
+            feed_ident = sql_name(cdf.table) if cdf else None
+        else:
+            add_columns(spark, target.ident, entry.new_columns)
+            feed_ident = self._feed_table(spark, entry, cdf) if cdf else None
         for i, f in enumerate(entry.moves()):
             assert f.staged is not None
             self.storage.rename(f.staged, f.path)
@@ -624,6 +631,14 @@ class Journal:
             key = cdf.partition.split("=", 1)[0]
             create_table_at(spark, ident, schema, [key], cdf.location)
             return ident
+        key = cdf.partition.split("=", 1)[0]
+        if [c.lower() for c in described.partition_columns] != [key.lower()]:
+            raise self._damaged(
+                entry.version,
+                entry.table,
+                f"names change table {cdf.table}, which is not a change feed (it is partitioned by "
+                f"{list(described.partition_columns) or 'nothing'}, not {key})",
+            )
         if self.storage.qualify(described.location.rstrip("/")) != cdf.location:
             raise JournalError(
                 f"Cannot finish version {entry.version} of {entry.table}: its change rows belong in "

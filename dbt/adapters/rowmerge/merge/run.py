@@ -78,7 +78,15 @@ from .source import MaterializedSource, materialize, read_source
 from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
 from .sqltext import sql_type
 from .storage import FileInfo, storage_for
-from .table import TargetTable, add_columns, load_target, missing_columns, new_column_ddl, table_files
+from .table import (
+    TargetTable,
+    add_columns,
+    describe_table,
+    load_target,
+    missing_columns,
+    new_column_ddl,
+    table_files,
+)
 
 logger = logging.getLogger("rowmerge")
 
@@ -231,7 +239,7 @@ def _merge(
             committed = True
             fault_point("entry")
             try:
-                journal.apply(spark, entry, target)
+                journal.apply(spark, entry, target, prepared=True)
             except Exception as exc:
                 raise MergeCommittedError(target.name, entry.version, exc) from exc
         return commit.version
@@ -328,7 +336,7 @@ def _entry(
 
 def _check_columns_unchanged(spark: SparkSession, plan: MergePlan) -> None:
     """Abort if the table gained a column while the merge ran: its rewrite would drop it."""
-    now = load_target(spark, plan.target.name)
+    now = describe_table(spark, plan.target.ident)
     written = {f.name.lower() for f in plan.output_fields}
     added = [c for c in now.columns if c.lower() not in written]
     if added:

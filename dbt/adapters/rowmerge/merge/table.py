@@ -73,6 +73,7 @@ class Description:
     serde: str  # lower case
     location: str  # as the catalog stores it ("" for views)
     partition_columns: tuple[str, ...]
+    columns: tuple[str, ...]  # names, as the catalog has them now (never a session's cached schema)
 
 
 def describe_table(spark: SparkSession, ident: str) -> Description:
@@ -85,6 +86,7 @@ def describe_table(spark: SparkSession, ident: str) -> Description:
         serde=str(info.get("serde_library") or "").lower(),
         location=str(info.get("location") or ""),
         partition_columns=tuple(str(c) for c in info.get("partition_columns") or ()),
+        columns=tuple(str(c.get("name")) for c in info.get("columns") or () if isinstance(c, dict)),
     )
 
 
@@ -154,8 +156,7 @@ def missing_columns(
     """The columns of ``columns`` (name, type DDL) that the table ``ident`` does not have."""
     if not columns:
         return []
-    spark.catalog.refreshTable(ident)
-    existing = {f.name.lower() for f in spark.table(ident).schema.fields}
+    existing = {c.lower() for c in describe_table(spark, ident).columns}
     return [(name, ddl) for name, ddl in columns if name.lower() not in existing]
 
 
