@@ -439,6 +439,12 @@ BAD = {
         "unique_key='id', change_data_feed=true",
         "{prefix}`change_data_feed` must be true, false or the name of the change table, got ['x']",
     ),
+    "cdf_comment": (
+        "unique_key='id', change_data_feed='c -- feed'",
+        "unique_key='id', change_data_feed=true",
+        "c -- feed' is not a valid name for a new table: it is not a table name (unexpected ' -- feed'; "
+        "write db.table, and back-quote parts with other characters)",
+    ),
     "lock_negative": (
         "unique_key='id', lock_timeout_s=-1",
         "unique_key='id', change_data_feed=false",
@@ -489,6 +495,7 @@ class TestBadChangeFeedConfig:
         assert runs["exists_after_good"] == {
             "cdf_number": (True, True),
             "cdf_list": (True, True),
+            "cdf_comment": (True, True),
             "lock_negative": (True, False),
         }
 
