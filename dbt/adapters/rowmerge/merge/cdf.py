@@ -15,7 +15,6 @@ table does. ``_commit_timestamp`` is the journal entry's timestamp.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
@@ -26,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 from pyspark.sql.utils import AnalysisException
 
-from .errors import MergeSpecError, UnsupportedTableError
+from .errors import MergeSpecError, UnsupportedTableError, spark_reason
 from .plan import FILE, ROW, MergePlan, q
 from .rewrite import StagedFile, inserted_rows, staged_files, touched_join
 from .scan import ScanResult
@@ -104,11 +103,10 @@ def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage
             create_changes_table(spark, name, feed_schema(list(plan.target.schema.fields)))
         described = describe_table(spark, ident)
     except AnalysisException as exc:
-        text = str(exc).strip()
-        reason = re.sub(r"\s*SQLSTATE: \w+", "", text.splitlines()[0]) if text else type(exc).__name__
         raise UnsupportedTableError(
-            f"change_data_feed table {name} cannot be created or read: {reason}. Name a table in an "
-            "existing schema (database) of the session's catalog, or create that schema first."
+            f"change_data_feed table {name} cannot be created or read: {spark_reason(exc)}. Name a "
+            "table in an existing schema (database) of the session's catalog, or create that schema "
+            "first."
         ) from None
     provider = described.provider
     partitioning = list(described.partition_columns)

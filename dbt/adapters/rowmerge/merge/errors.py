@@ -9,7 +9,18 @@ it twice.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+
+
+def spark_reason(exc: BaseException) -> str:
+    """Why ``exc`` was raised, in one line: the first line of its message (for a py4j error,
+    the JVM's line after py4j's own), without Spark's SQLSTATE suffix."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
+        lines = [lines[1].lstrip(": ")]
+    text = lines[0] if lines else type(exc).__name__
+    return re.sub(r"\s*SQLSTATE: \w+", "", text)
 
 
 class MergeError(Exception):
@@ -92,10 +103,9 @@ class MergeCommittedError(Exception):
         self.table = table
         self.version = version
         self.cause = cause
-        reason = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
         super().__init__(
             f"MERGE into {table} is committed as version {version}, but applying it stopped: "
-            f"{reason}. The merge is durable and will be completed by recovery, which runs "
+            f"{spark_reason(cause)}. The merge is durable and will be completed by recovery, which runs "
             "before the next merge of this table (or now: `dbt run-operation rowmerge_recover "
             f"--args '{{relation: {table}}}'`). Do not run this merge again: it would be "
             "applied twice."

@@ -46,11 +46,12 @@ from pyspark.sql.utils import AnalysisException
 
 from .errors import ConcurrentMergeError, JournalError
 from .lock import LOCK_DIR
-from .sqltext import check_path_safe, parse_name, sql_type
+from .sqltext import check_path_safe, parse_name
 from .storage import FileInfo, Storage, is_hidden
 from .table import (
     TargetTable,
     add_columns,
+    column_ddl,
     create_table_at,
     describe_table,
     partition_values,
@@ -488,10 +489,10 @@ class Journal:
                 out.append(f"stages cdf.files[{i}] at {f.staged}, not in {feed_staging}/")
         return out
 
-    def check(self, entry: Entry, target: TargetTable, staged_present: bool | None = None) -> None:
+    def check(self, entry: Entry, target: TargetTable, look_for_staged: bool = True) -> None:
         """Raise JournalError unless ``entry`` may be applied as it stands (before any move).
 
-        ``staged_present=False`` skips looking for the staged files (the committing writer
+        ``look_for_staged=False`` skips looking for the staged files (the committing writer
         has just written them and holds the lock).
         """
         problems = self.problems(entry, target.partition_columns)
@@ -499,7 +500,7 @@ class Journal:
             raise self._damaged(
                 entry.version, target.name, "does not describe a commit of this table: " + "; ".join(problems)
             )
-        if staged_present is False:
+        if not look_for_staged:
             return
         missing = [
             f.staged
@@ -646,7 +647,7 @@ class Journal:
                 f"{described.location}. Point {cdf.table} back at that location (or drop it: "
                 "recovery recreates it there), then run again."
             )
-        add_columns(spark, ident, [(f.name, sql_type(f.dataType)) for f in schema.fields])
+        add_columns(spark, ident, column_ddl(schema.fields))
         return ident
 
     def recover(self, spark: SparkSession, target: TargetTable) -> Recovery:

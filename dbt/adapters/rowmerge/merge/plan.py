@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, DataType, MapType, NullType, StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
-from .errors import MergeSpecError
+from .errors import MergeSpecError, spark_reason
 from .spec import Clause, MergeSpec
 from .sqltext import UnpinnableTime, pin_time, shorten
 from .table import TargetTable
@@ -56,13 +56,9 @@ def _char_limit(fld: StructField) -> int | None:
 
 
 def _short(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if "StackOverflowError" in str(exc):
         return "the expression is nested too deeply for Spark's parser"
-    if text.startswith("An error occurred while calling"):  # py4j: the JVM's reason is next
-        lines = [ln.strip(": ") for ln in str(exc).splitlines()[1:] if ln.strip()]
-        text = lines[0] if lines else text
-    return shorten(re.sub(r"\s*SQLSTATE: \w+", "", text), 400)
+    return shorten(spark_reason(exc), 400)
 
 
 def _has_map(dtype: DataType) -> bool:

@@ -54,6 +54,7 @@ from .errors import (
     MergeCommittedError,
     MergeError,
     UnsupportedTableError,
+    spark_reason,
 )
 from .journal import (
     CDF_DIR,
@@ -76,15 +77,14 @@ from .rewrite import StagedFile, write_changes
 from .scan import FileStats, ScanResult, find_touched_files, pruned_target, release
 from .source import MaterializedSource, materialize, read_source
 from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
-from .sqltext import sql_type
 from .storage import FileInfo, storage_for
 from .table import (
     TargetTable,
-    add_columns,
+    alter_add_columns,
+    column_ddl,
     describe_table,
     load_target,
     missing_columns,
-    new_column_ddl,
     table_files,
 )
 
@@ -149,7 +149,7 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
                     # which is what made this fail. Say so instead of the raw error.
                     lock.check()
                 if _is_spark_error(exc):
-                    raise ExecutionError(target.name, _spark_reason(exc)) from exc
+                    raise ExecutionError(target.name, spark_reason(exc).rstrip(". ")) from exc
                 raise
             finally:
                 source.df.unpersist()
@@ -231,7 +231,7 @@ def _merge(
             entry = _entry(plan, journal, txn, commit, data_dir, staged, removed, removed_rows, feed, metrics)
             # Everything that can fail runs before the entry exists (see the module doc).
             lock.check()
-            journal.check(entry, target, staged_present=False)  # we just wrote them
+            journal.check(entry, target, look_for_staged=False)  # we just wrote them
             journal.check_unchanged(entry, commit.snapshot)
             _check_columns_unchanged(spark, plan)
             _add_evolved_columns(spark, plan, commit.changes)
@@ -328,7 +328,7 @@ def _entry(
             for path, size in sorted((storage.from_spark_path(f.path), f.size) for f in removed)
         ),
         partitions=tuple(partitions),
-        new_columns=tuple(new_column_ddl(plan.new_fields)),
+        new_columns=tuple(column_ddl(plan.new_fields)),
         cdf=cdf,
         metrics=metrics.as_dict(),
     )
@@ -355,26 +355,23 @@ def _add_evolved_columns(spark: SparkSession, plan: MergePlan, changes: ChangesT
     format), and a refusal here fails the merge instead of every replay after the commit.
     """
     if changes is not None:
-        feed = [(f.name, sql_type(f.dataType)) for f in feed_schema(plan.output_fields).fields]
+        feed = column_ddl(feed_schema(plan.output_fields).fields)
         _add_columns_or_fail(spark, plan, changes.ident, changes.name, feed)
-    _add_columns_or_fail(spark, plan, plan.target.ident, plan.target.name, new_column_ddl(plan.new_fields))
+    _add_columns_or_fail(spark, plan, plan.target.ident, plan.target.name, column_ddl(plan.new_fields))
 
 
 def _add_columns_or_fail(
     spark: SparkSession, plan: MergePlan, ident: str, name: str, columns: list[tuple[str, str]]
 ) -> None:
     columns = missing_columns(spark, ident, columns)
-    if not columns:
-        return
     try:
-        add_columns(spark, ident, columns)
+        alter_add_columns(spark, ident, columns)
     except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnsupportedTableError(
             f"MERGE into {plan.target.name} cannot add column(s) {', '.join(n for n, _ in columns)} "
-            f"to {name}: the catalog refused ({reason}). Nothing was changed. Rename the column(s) "
-            "or their nested fields in the model SQL (letters, digits and underscores are accepted "
-            "everywhere), or turn schema evolution off."
+            f"to {name}: the catalog refused ({spark_reason(exc)}). Nothing was changed. Rename the "
+            "column(s) or their nested fields in the model SQL (letters, digits and underscores are "
+            "accepted everywhere), or turn schema evolution off."
         ) from None
 
 
@@ -414,15 +411,6 @@ _RAISED_CAST = re.compile(
 def _is_spark_error(exc: BaseException) -> bool:
     """An error Spark raised while running the merge's jobs (not a bug of this engine)."""
     return isinstance(exc, (PySparkException, Py4JJavaError))
-
-
-def _spark_reason(exc: BaseException) -> str:
-    """The first line of Spark's own message (the JVM cause of a py4j error)."""
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    if lines and lines[0].startswith("An error occurred while calling") and len(lines) > 1:
-        lines = [lines[1].lstrip(": ")]
-    text = lines[0] if lines else type(exc).__name__
-    return re.sub(r"\s*SQLSTATE: \w+", "", text).rstrip(". ")
 
 
 def _raise_cast_error(exc: Exception, target: TargetTable) -> None:

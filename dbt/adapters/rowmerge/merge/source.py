@@ -8,7 +8,6 @@ collects the key statistics the scan uses to prune the target.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,7 @@ from pyspark.sql.types import (
 )
 from pyspark.sql.utils import AnalysisException
 
-from .errors import UnsupportedTableError
+from .errors import UnsupportedTableError, spark_reason
 from .plan import SRC_ID, SRC_PRESENT, MergePlan
 from .table import sql_name
 
@@ -102,10 +101,8 @@ def read_source(spark: SparkSession, name: str) -> DataFrame:
     try:
         df = spark.table(sql_name(name))
     except AnalysisException as exc:
-        text = str(exc).strip()
-        reason = re.sub(r"\s*SQLSTATE: \w+", "", text.splitlines()[0]) if text else type(exc).__name__
         raise UnsupportedTableError(
-            f"MERGE source {name} cannot be read: {reason}. Check the `source` name (dbt passes "
+            f"MERGE source {name} cannot be read: {spark_reason(exc)}. Check the `source` name (dbt passes "
             "the model's temporary view; a Python caller creates one with createOrReplaceTempView)."
         ) from None
     if df.isStreaming:

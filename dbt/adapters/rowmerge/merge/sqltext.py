@@ -193,6 +193,13 @@ class UnpinnableTime(ValueError):
     """An expression uses a time function whose value cannot be fixed for the whole merge."""
 
 
+def _unpinnable(shown: str) -> UnpinnableTime:
+    return UnpinnableTime(
+        f"{shown} would take a different value in each pass of the merge; select it in the model SQL "
+        "and assign that column instead"
+    )
+
+
 def pin_time(text: str, at: datetime, columns: Iterable[str] = ()) -> str:
     """``text`` with every time function call replaced by the instant ``at``.
 
@@ -200,6 +207,7 @@ def pin_time(text: str, at: datetime, columns: Iterable[str] = ()) -> str:
     ``x.now`` (a field), not a bare name that is also a column (Spark reads the column).
     """
     micros = epoch_micros(at)
+    pinned = {name: sql.format(micros=micros, seconds=micros // 1_000_000) for name, sql in _PINNED.items()}
     names = {c.lower() for c in columns}
     toks = list(_tokens(text))
     out: list[str] = []
@@ -210,44 +218,25 @@ def pin_time(text: str, at: datetime, columns: Iterable[str] = ()) -> str:
             j += step
         return j
 
+    def _field(j: int) -> bool:  # x.now: a field of x, not a function
+        before = significant(j - 1, -1)
+        return before >= 0 and toks[before] == ("other", ".")
+
     while i < len(toks):
         kind, tok = toks[i]
-        low = tok.lower()
-        if kind != "word" or (low not in _PINNED and low not in _UNPINNABLE):
-            out.append(tok)
-            i += 1
-            continue
-        before = significant(i - 1, -1)
-        if before >= 0 and toks[before] == ("other", "."):
-            out.append(tok)
-            i += 1
-            continue
-        after = significant(i + 1, 1)
-        is_call = after < len(toks) and toks[after] == ("other", "(")
-        if is_call:
-            close = significant(after + 1, 1)
-            empty = close < len(toks) and toks[close] == ("other", ")")
-            if low in _UNPINNABLE:
-                raise UnpinnableTime(
-                    f"{tok}() would take a different value in each pass of the merge; select it "
-                    "in the model SQL and assign that column instead"
-                )
-            if not empty:  # unix_timestamp(col) and the like: not the current time
-                out.append(tok)
-                i += 1
-                continue
-            out.append(_PINNED[low].format(micros=micros, seconds=micros // 1_000_000))
-            i = close + 1
-            continue
-        if low in _BARE | _UNPINNABLE and low not in names:
-            if low in _UNPINNABLE:
-                raise UnpinnableTime(
-                    f"{tok} would take a different value in each pass of the merge; select it "
-                    "in the model SQL and assign that column instead"
-                )
-            out.append(_PINNED[low].format(micros=micros, seconds=micros // 1_000_000))
-            i += 1
-            continue
+        low, after_tok = tok.lower(), i + 1
+        if kind == "word" and low in pinned.keys() | _UNPINNABLE and not _field(i):
+            after = significant(i + 1, 1)
+            if after < len(toks) and toks[after] == ("other", "("):
+                if low in _UNPINNABLE:
+                    raise _unpinnable(f"{tok}()")
+                close = significant(after + 1, 1)
+                if close < len(toks) and toks[close] == ("other", ")"):  # unix_timestamp(col) is not "now"
+                    tok, after_tok = pinned[low], close + 1
+            elif low in _BARE | _UNPINNABLE and low not in names:
+                if low in _UNPINNABLE:
+                    raise _unpinnable(tok)
+                tok = pinned[low]
         out.append(tok)
-        i += 1
+        i = after_tok
     return "".join(out)

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
-from .errors import UnsupportedTableError
+from .errors import UnsupportedTableError, spark_reason
 from .sqltext import parse_name, quote, quote_name, sql_string, sql_type
 from .storage import FileInfo, Storage
 
@@ -99,9 +99,8 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
     try:
         described = describe_table(spark, ident)
     except AnalysisException as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnsupportedTableError(
-            f"MERGE target {name} does not exist or cannot be read: {reason}. Create it first "
+            f"MERGE target {name} does not exist or cannot be read: {spark_reason(exc)}. Create it first "
             "(dbt does this on the first run) or check the `target` name."
         ) from None
     table_type = described.table_type
@@ -160,26 +159,34 @@ def missing_columns(
     return [(name, ddl) for name, ddl in columns if name.lower() not in existing]
 
 
+def alter_add_columns(spark: SparkSession, ident: str, columns: Sequence[tuple[str, str]]) -> None:
+    """``ALTER TABLE ... ADD COLUMNS`` for columns (name, type DDL) the table is known to lack."""
+    if columns:
+        spark.sql(f"ALTER TABLE {ident} ADD COLUMNS ({_column_list(columns)})")
+        spark.catalog.refreshTable(ident)
+
+
 def add_columns(spark: SparkSession, ident: str, columns: Sequence[tuple[str, str]]) -> list[str]:
     """Add the columns (name, type DDL) the table ``ident`` lacks; return their names (repeatable)."""
     missing = missing_columns(spark, ident, columns)
-    if missing:
-        cols = ", ".join(f"{quote(name)} {ddl}" for name, ddl in missing)
-        spark.sql(f"ALTER TABLE {ident} ADD COLUMNS ({cols})")
-        spark.catalog.refreshTable(ident)
+    alter_add_columns(spark, ident, missing)
     return [name for name, _ in missing]
 
 
-def new_column_ddl(fields: Sequence[StructField]) -> list[tuple[str, str]]:
-    """Columns added by schema evolution as (name, type DDL): nullable, whatever the source said."""
+def column_ddl(fields: Sequence[StructField]) -> list[tuple[str, str]]:
+    """Fields as (name, type DDL) columns: nullable, whatever the fields said."""
     return [(f.name, sql_type(f.dataType)) for f in fields]
+
+
+def _column_list(columns: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"{quote(name)} {ddl}" for name, ddl in columns)
 
 
 def create_table_at(
     spark: SparkSession, ident: str, schema: StructType, partition_by: Sequence[str], location: str
 ) -> None:
     """Register a Parquet table over ``location`` (its partitions found from the folders)."""
-    cols = ", ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in schema.fields)
+    cols = _column_list(column_ddl(schema.fields))
     parts = f" PARTITIONED BY ({', '.join(quote(c) for c in partition_by)})" if partition_by else ""
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {ident} ({cols}) USING parquet{parts} LOCATION {sql_string(location)}"
