@@ -55,3 +55,34 @@ def test_count_rows_of_a_zero_byte_file_is_zero(spark: SparkSession, tmp_path: P
 def test_count_rows_rejects_other_formats(spark: SparkSession, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot count rows of 'csv' files"):
         HadoopStorage(spark).count_rows({str(tmp_path / "x.csv"): 10}, "csv")
+
+
+def test_status_and_listing_read_a_file_deleted_meanwhile_as_absent(spark: SparkSession, tmp_path: Path) -> None:
+    """A lock waiter stats lease files that the new holder is deleting at the same moment
+    (CI once died on ``exists`` seeing the file and ``getFileStatus`` not): a file that
+    vanishes mid-call reads as absent, never as an error."""
+    import threading
+
+    st = HadoopStorage(spark)
+    folder = tmp_path / "lock"
+    target = folder / "00001.released"
+    stop = threading.Event()
+
+    folder.mkdir()
+
+    def churn() -> None:
+        while not stop.is_set():
+            target.write_text("")
+            target.unlink()
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    seen = set()
+    try:
+        for _ in range(400):
+            seen.add(st.exists(str(target)))
+            assert set(st.list_names(str(folder))) <= {"00001.released"}
+    finally:
+        stop.set()
+        worker.join()
+    assert seen == {True, False}  # the churn really ran under the calls

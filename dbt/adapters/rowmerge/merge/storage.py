@@ -140,10 +140,12 @@ class HadoopStorage(Storage):
 
     def status(self, path: str) -> FileInfo | None:
         jp = self._path(path)
-        fs = self._fs(jp)
-        if not fs.exists(jp):
-            return None
-        st = fs.getFileStatus(jp)
+        try:
+            st = self._fs(jp).getFileStatus(jp)
+        except Exception as exc:
+            if _vanished(exc):  # absent, or deleted by another process just now
+                return None
+            raise
         return FileInfo(str(st.getPath().toString()), int(st.getLen()), int(st.getModificationTime()))
 
     def list_data_files(self, root: str) -> list[FileInfo]:
@@ -170,9 +172,14 @@ class HadoopStorage(Storage):
     def list_names(self, path: str) -> list[str]:
         jp = self._path(path)
         fs = self._fs(jp)
-        if not fs.exists(jp):
-            return []
-        return sorted(str(st.getPath().getName()) for st in fs.listStatus(jp))
+        try:
+            return sorted(str(st.getPath().getName()) for st in fs.listStatus(jp))
+        except Exception as exc:
+            # Absent, or removed while being listed (the local filesystem then reports an
+            # I/O error rather than "not found"): either way there is nothing under it.
+            if _vanished(exc) or not fs.exists(jp):
+                return []
+            raise
 
     def rename(self, src: str, dst: str) -> bool:
         js, jd = self._path(src), self._path(dst)
@@ -268,6 +275,13 @@ class HadoopStorage(Storage):
             return int(reader.getNumberOfRows())
         finally:
             reader.close()
+
+
+def _vanished(exc: BaseException) -> bool:
+    """True for the JVM's "no such file": a check-then-act on a path another writer (a lock
+    waiter cleaning old generations, a replay) may delete at any moment must read it as absent."""
+    java = getattr(exc, "java_exception", None)
+    return java is not None and str(java.getClass().getName()) == "java.io.FileNotFoundException"
 
 
 def _create_local_if_absent(path: str, text: str) -> bool:
