@@ -57,7 +57,7 @@ def test_count_rows_rejects_other_formats(spark: SparkSession, tmp_path: Path) -
         HadoopStorage(spark).count_rows({str(tmp_path / "x.csv"): 10}, "csv")
 
 
-def test_status_and_listing_read_a_file_deleted_meanwhile_as_absent(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_file_deleted_meanwhile_reads_as_absent(spark: SparkSession, tmp_path: Path) -> None:
     """A lock waiter stats lease files that the new holder is deleting at the same moment
     (CI once died on ``exists`` seeing the file and ``getFileStatus`` not): a file that
     vanishes mid-call reads as absent, never as an error."""
