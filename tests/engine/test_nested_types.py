@@ -1,4 +1,4 @@
-"""Maps and nested types in targets: updates, the no-op check and the change feed (plan.py).
+"""Maps and nested types in targets: updates, the no-op check and the change feed (outputs.py).
 
 Spark cannot compare maps; the no-op check compares them as key-sorted entries, at any
 depth, so a map with the same entries in another order is unchanged.

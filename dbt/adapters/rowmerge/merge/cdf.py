@@ -26,7 +26,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from pyspark.sql.utils import AnalysisException
 
 from .errors import MergeSpecError, UnsupportedTableError, spark_reason
-from .plan import FILE, ROW, MergePlan, q
+from .outputs import FILE, ROW, old_value, output_value, q
+from .plan import MergePlan
 from .rewrite import StagedFile, inserted_rows, staged_files, touched_join
 from .scan import ScanResult
 from .source import MaterializedSource
@@ -177,7 +178,7 @@ def _touched_changes(
 
     def image(kind: str, new: bool) -> Any:
         values = [
-            (plan.output_value(f.name, m_idx, b_idx) if new else plan.old(f.name)).alias(f.name)
+            (output_value(plan, f.name, m_idx, b_idx) if new else old_value(plan, f.name)).alias(f.name)
             for f in plan.output_fields
         ]
         return F.struct(*values, F.lit(kind).alias(CHANGE_TYPE))

@@ -1,12 +1,12 @@
-"""Phase 1: turn the validated spec into Spark column expressions, checked against schemas.
+"""Phase 4: resolve the validated spec against the schemas into Spark column expressions.
 
 Decides, per clause, the condition and the new value of every output column (``*``
-resolved by name, every value cast to the target type), which clause acts on a joined row
-(first whose condition holds; NULL counts as false), whether an update changes anything
-(null-safe, maps included), and what the ``on`` condition lets the scan prune. Every
-problem that needs the schemas — unknown columns, a not_matched clause reading the target,
-a non-boolean or non-deterministic condition, an aggregate or window function, an
-impossible cast — is collected and raised once here, before any data is read.
+resolved by name, every value cast to the target type), and what the ``on`` condition lets
+the scan prune. Every problem that needs the schemas — unknown columns, a not_matched
+clause reading the target, a non-boolean or non-deterministic condition, an aggregate or
+window function, a subquery, an impossible cast — is collected and raised once here,
+before any data is read. What the resolved plan computes on each joined row (which clause
+acts, the values it writes) is built by :mod:`.outputs`.
 
 Scan, rewrite and change feed evaluate these expressions in separate Spark jobs, so every
 expression must give the same value in each: non-deterministic ones are rejected, and
@@ -15,87 +15,393 @@ expression must give the same value in each: non-deterministic ones are rejected
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import reduce
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, BooleanType, DataType, MapType, NullType, StructField, StructType
+from pyspark.sql.types import BooleanType, DataType, NullType, StructField
 from pyspark.sql.utils import AnalysisException
 
 from .errors import MergeSpecError, spark_reason
+from .outputs import CAST_ERROR_MARK as CAST_ERROR_MARK  # run.py imports it from here
+from .outputs import PREFIX, char_limit, checked_cast, q
 from .spec import Clause, MergeSpec
 from .sqltext import UnpinnableTime, pin_time, shorten
 from .table import TargetTable
 
-PREFIX = "__rowmerge_"
-SRC_PRESENT = PREFIX + "src"  # literal true on every source row: NULL after an outer join = no match
-SRC_ID = PREFIX + "sid"  # fixed id of each source row (assigned before the checkpoint)
-FILE = PREFIX + "file"  # _metadata.file_path of the target row
-ROW = PREFIX + "row"  # row position inside its file (row_index, or a per-scan id for ORC)
-SIZE = PREFIX + "size"  # _metadata.file_size
-CAST_ERROR_MARK = "ROWMERGE_CAST_ERROR"
-NO_ACTION = -1
+
+@dataclass
+class ResolvedClause:
+    """A clause with Spark expressions: condition and new values (output column -> value)."""
+
+    clause: Clause
+    index: int  # position among clauses of the same kind
+    condition: Column | None
+    values: dict[str, Column] = field(default_factory=dict)  # missing column = keep old value
+
+    @property
+    def action(self) -> str:
+        return self.clause.action
 
 
-def q(*parts: str) -> str:
-    """Quote a (qualified) column name for F.col."""
-    return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
+@dataclass
+class MergePlan:
+    """Every clause resolved against the schemas; what the later phases read (see :mod:`.outputs`)."""
+
+    spec: MergeSpec
+    target: TargetTable
+    output_fields: list[StructField]  # data columns (+ evolved ones), then partition columns
+    new_fields: list[StructField]  # added by schema evolution
+    on: Column
+    matched: list[ResolvedClause]
+    not_matched: list[ResolvedClause]
+    not_matched_by_source: list[ResolvedClause]
+    key_pairs: list[tuple[str, str]]  # (target column, source expression) of `=` conjuncts in on
+    target_only_conjuncts: list[str]  # conjuncts of on that read only the target
+    on_target_columns: list[str]  # target columns `on` reads (for error samples)
+
+    @property
+    def ta(self) -> str:
+        return self.spec.target_alias
+
+    @property
+    def sa(self) -> str:
+        return self.spec.source_alias
 
 
-# Spark keeps a CHAR(n)/VARCHAR(n) column's declared type here; the schema says "string".
-CHAR_VARCHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
+def build_plan(
+    spec: MergeSpec, target: TargetTable, source: DataFrame, target_df: DataFrame, commit_time: datetime
+) -> MergePlan:
+    """Resolve every clause against the schemas; raise MergeSpecError listing all problems.
 
-
-def _char_limit(fld: StructField) -> int | None:
-    found = re.fullmatch(r"(?:var)?char\((\d+)\)", str(fld.metadata.get(CHAR_VARCHAR_KEY, "")), re.I)
-    return int(found.group(1)) if found else None
-
-
-def _short(exc: Exception) -> str:
-    if "StackOverflowError" in str(exc):
-        return "the expression is nested too deeply for Spark's parser"
-    return shorten(spark_reason(exc), 400)
-
-
-def _has_map(dtype: DataType) -> bool:
-    if isinstance(dtype, MapType):
-        return True
-    if isinstance(dtype, ArrayType):
-        return _has_map(dtype.elementType)
-    if isinstance(dtype, StructType):
-        return any(_has_map(f.dataType) for f in dtype.fields)
-    return False
-
-
-def comparable(col: Column, dtype: DataType) -> Column:
-    """``col`` in a form that ``<=>`` accepts: every map (at any depth) as its key-sorted entries.
-
-    Spark cannot compare maps; two maps are equal when they hold the same keys with equal
-    values, whatever their order, which is what sorted entry arrays compare.
+    Time functions in every expression read ``commit_time`` (see the module doc); messages
+    quote the expressions as the user wrote them. A broken ``on`` stops resolution at once
+    (every clause resolves over its join); other problems are collected, then raised together.
     """
-    if not _has_map(dtype):
-        return col
-    if isinstance(dtype, MapType):
-        key_type, value_type = dtype.keyType, dtype.valueType
-        return F.array_sort(
-            F.transform(
-                F.map_entries(col),
-                lambda e: F.struct(
-                    comparable(e["key"], key_type).alias("k"), comparable(e["value"], value_type).alias("v")
-                ),
-            )
-        )
-    if isinstance(dtype, ArrayType):
-        element = dtype.elementType
-        return F.transform(col, lambda x: comparable(x, element))
-    assert isinstance(dtype, StructType)
-    fields = [comparable(col[f.name], f.dataType).alias(f.name) for f in dtype.fields]
-    return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+    new_fields = _evolved_fields(spec, target, source)
+    r = _Resolution(
+        spec=spec,
+        target=target,
+        source=source,
+        commit_time=commit_time,
+        column_names=[*source.columns, *target_df.columns],
+        output_fields=_output_fields(target, new_fields),
+    )
+    _check_source_names(r)
+    s_ctx, t_ctx = source.alias(spec.source_alias), target_df.alias(spec.target_alias)
+    on_text, on_col, joined = _resolve_on(r, s_ctx, t_ctx)
+    resolved = _resolve_clauses(r, _clause_scopes(spec, s_ctx, t_ctx, joined))
+    on_info = analyze_on(
+        source.sparkSession, on_text, spec.target_alias, spec.source_alias, target, s_ctx, t_ctx
+    )
+    if r.problems:
+        raise MergeSpecError(r.problems)
+    return MergePlan(
+        spec=spec,
+        target=target,
+        output_fields=r.output_fields,
+        new_fields=new_fields,
+        on=on_col,
+        matched=resolved["matched"],
+        not_matched=resolved["not_matched"],
+        not_matched_by_source=resolved["not_matched_by_source"],
+        key_pairs=on_info.key_pairs,
+        target_only_conjuncts=on_info.target_only,
+        on_target_columns=on_info.target_columns,
+    )
 
+
+# -- the steps of build_plan, in order ------------------------------------------------------
+
+
+@dataclass
+class _Resolution:
+    """What every resolution step reads, and the problems found so far (in the order found)."""
+
+    spec: MergeSpec
+    target: TargetTable
+    source: DataFrame
+    commit_time: datetime
+    column_names: list[str]  # source and target columns: a bare name that is a column is not a call
+    output_fields: list[StructField]
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """Where the expressions of one kind of clause resolve.
+
+    ``frame`` is the source, the target or their join; ``base_nodes`` its own plan nodes (an
+    expression that adds an aggregate or window node is not row by row); ``hint`` names
+    what the clause may read when that is one side only, and ``joined`` tells a reference to
+    the other side from an unknown column.
+    """
+
+    frame: DataFrame
+    base_nodes: list[str]
+    hint: str | None
+    joined: DataFrame
+
+
+def _evolved_fields(spec: MergeSpec, target: TargetTable, source: DataFrame) -> list[StructField]:
+    """Source columns the target lacks: added (nullable) with schema evolution, if a clause uses ``*``."""
+    if not (spec.schema_evolution and any(c.star for c in spec.clauses)):
+        return []
+    tgt_lower = {f.name.lower() for f in target.schema.fields}
+    return [
+        StructField(f.name, f.dataType, True)
+        for f in source.schema.fields
+        if f.name.lower() not in tgt_lower and not f.name.lower().startswith(PREFIX)
+    ]
+
+
+def _output_fields(target: TargetTable, new_fields: list[StructField]) -> list[StructField]:
+    """The columns a merge writes: data columns, evolved ones, then partition columns (file layout order)."""
+    part_lower = {p.lower() for p in target.partition_columns}
+    data_fields = [f for f in target.schema.fields if f.name.lower() not in part_lower]
+    part_fields = [f for f in target.schema.fields if f.name.lower() in part_lower]
+    return data_fields + new_fields + part_fields
+
+
+def _check_source_names(r: _Resolution) -> None:
+    """Source column names the merge cannot use: the engine's own prefix, and case twins under ``*``."""
+    source = r.source
+    reserved = [c for c in source.columns if c.lower().startswith(PREFIX)]
+    if reserved:
+        r.problems.append(f"source column(s) {', '.join(reserved)} use the reserved prefix {PREFIX}")
+    by_lower: dict[str, list[str]] = {}
+    for c in source.columns:
+        by_lower.setdefault(c.lower(), []).append(c)
+    twins = [names for names in by_lower.values() if len(names) > 1]
+    case_sensitive = str(source.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    if twins and not case_sensitive and any(c.star for c in r.spec.clauses):
+        shown = "; ".join(", ".join(names) for names in twins)
+        r.problems.append(
+            f"the source has columns whose names differ only in letter case ({shown}); Spark matches "
+            "names case-insensitively, so `*` cannot tell them apart. Rename them in the model SQL"
+        )
+
+
+def _pinned(r: _Resolution, text: str, what: str) -> str | None:
+    """``text`` with its time functions pinned to the commit time, or None (problem recorded)."""
+    try:
+        return pin_time(text, r.commit_time, r.column_names)
+    except UnpinnableTime as exc:
+        r.problems.append(f"{what} ({shorten(text)}): {exc}")
+        return None
+
+
+def _resolve_on(r: _Resolution, s_ctx: DataFrame, t_ctx: DataFrame) -> tuple[str, Column, DataFrame]:
+    """``on`` as pinned text, as a column, and the inner join it makes.
+
+    It must resolve over both sides, be boolean and deterministic, and hold no subquery. If
+    it cannot join (or holds a subquery), raise at once with the problems found so far.
+    """
+    on = r.spec.on
+    on_text = _pinned(r, on, "`on`")
+    if on_text is None:
+        raise MergeSpecError(r.problems)
+    try:
+        on_col = F.expr(on_text)
+        joined = s_ctx.join(t_ctx, on_col, "inner")
+        if not joined._jdf.queryExecution().analyzed().deterministic():
+            r.problems.append(
+                f"`on` ({shorten(on)}) is non-deterministic; a merge condition must be repeatable"
+            )
+    except Exception as exc:  # AnalysisException, or the parser giving up (py4j)
+        if "NON_DETERMINISTIC" in str(exc):
+            r.problems.append(
+                f"`on` ({shorten(on)}) is non-deterministic; a merge condition must be repeatable"
+            )
+        else:
+            r.problems.append(f"`on` ({shorten(on)}) cannot be resolved: {_short(exc)}")
+        raise MergeSpecError(r.problems) from None
+    if _has_subquery(joined._jdf.queryExecution().analyzed()):
+        r.problems.append(
+            f"`on` ({shorten(on)}) uses a subquery; join the data in the model SQL and compare "
+            "with that source column"
+        )
+        raise MergeSpecError(r.problems)
+    return on_text, on_col, joined
+
+
+def _clause_scopes(
+    spec: MergeSpec, s_ctx: DataFrame, t_ctx: DataFrame, joined: DataFrame
+) -> dict[str, _Scope]:
+    """Where each kind of clause resolves: matched over the join, the others over one side."""
+    return {
+        "matched": _scope(joined, None, joined),
+        "not_matched": _scope(
+            s_ctx, f"the source ({spec.source_alias}); a not_matched row has no target row", joined
+        ),
+        "not_matched_by_source": _scope(
+            t_ctx, f"the target ({spec.target_alias}); such a row has no source row", joined
+        ),
+    }
+
+
+def _scope(frame: DataFrame, hint: str | None, joined: DataFrame) -> _Scope:
+    return _Scope(frame, _node_classes(frame._jdf.queryExecution().analyzed()), hint, joined)
+
+
+def _resolve_clauses(r: _Resolution, scopes: dict[str, _Scope]) -> dict[str, list[ResolvedClause]]:
+    """Every clause of the spec, in order, grouped by kind (matched, not_matched, not_matched_by_source)."""
+    resolved: dict[str, list[ResolvedClause]] = {kind: [] for kind in scopes}
+    for clause in r.spec.clauses:
+        same_kind = resolved[clause.when]
+        same_kind.append(_resolve_clause(r, clause, len(same_kind), scopes[clause.when]))
+    return resolved
+
+
+def _resolve_clause(r: _Resolution, clause: Clause, index: int, scope: _Scope) -> ResolvedClause:
+    """One clause: its condition, then (update, insert) the values it writes."""
+    rc = ResolvedClause(clause, index, _condition(r, clause, scope))
+    if clause.action in ("update", "insert"):
+        if clause.assignments is None:
+            rc.values = _star_values(r, clause, scope)
+        else:
+            rc.values = _listed_values(r, clause, clause.assignments, scope)
+    return rc
+
+
+def _condition(r: _Resolution, clause: Clause, scope: _Scope) -> Column | None:
+    """The clause's condition as a boolean column (None: no condition, or a problem recorded)."""
+    if clause.condition is None:
+        return None
+    checked = _check_expression(r, scope, clause.condition, f"{clause.label} condition", True)
+    return checked[0] if checked else None
+
+
+def _values_key(clause: Clause) -> str:
+    """The spec key that holds the clause's values, as messages name it."""
+    return "set" if clause.action == "update" else "values"
+
+
+def _star_values(r: _Resolution, clause: Clause, scope: _Scope) -> dict[str, Column]:
+    """``set: *`` / ``values: *``: every output column from the source column of the same name.
+
+    With schema evolution a column the source lacks is NULL in an insert and kept in an
+    update; without it, that column is a problem.
+    """
+    label, key, sa = clause.label, _values_key(clause), r.spec.source_alias
+    if clause.when == "not_matched_by_source":
+        r.problems.append(f"{label}: `{key}: *` needs a source row; list the columns to set")
+    src_by_lower = {c.lower(): c for c in r.source.columns if not c.lower().startswith(PREFIX)}
+    values: dict[str, Column] = {}
+    for fld in r.output_fields:
+        src_name = src_by_lower.get(fld.name.lower())
+        if src_name is None:
+            if r.spec.schema_evolution:
+                if clause.action == "insert":
+                    values[fld.name] = F.lit(None).cast(fld.dataType)
+                continue  # update *: leave unchanged
+            r.problems.append(
+                f"{label}: `{key}: *` needs source column '{fld.name}' (target column "
+                "missing from the source); add it to the model SQL, or list the "
+                "columns explicitly (merge_update_columns / merge_exclude_columns)"
+            )
+            continue
+        col = F.col(q(sa, src_name))
+        src_type = r.source.schema[src_name].dataType
+        values[fld.name] = _cast_to(r, col, src_type, f"{sa}.{src_name}", scope.frame, fld, label)
+    return values
+
+
+def _listed_values(
+    r: _Resolution, clause: Clause, assignments: tuple[tuple[str, str], ...], scope: _Scope
+) -> dict[str, Column]:
+    """Listed ``set`` / ``values``: each a target column named once, its expression resolved and cast."""
+    label, key = clause.label, _values_key(clause)
+    values: dict[str, Column] = {}
+    seen: set[str] = set()
+    for name, text in assignments:
+        if name.lower() in seen:
+            r.problems.append(f"{label}: column '{name}' is assigned twice in `{key}`")
+            continue
+        seen.add(name.lower())
+        match = [f for f in r.output_fields if f.name.lower() == name.lower()]
+        if not match:
+            r.problems.append(
+                f"{label}: `{key}` names column '{name}', which the target "
+                f"{r.target.name} does not have (columns: {', '.join(r.target.columns)})"
+            )
+            continue
+        value = _check_expression(r, scope, text, f"{label} `{key}` for '{name}'", False)
+        if value is not None:
+            values[match[0].name] = _cast_to(r, *value, text, scope.frame, match[0], label)
+    return values
+
+
+def _check_expression(
+    r: _Resolution, scope: _Scope, text: str, what: str, boolean: bool
+) -> tuple[Column, DataType] | None:
+    """Resolve ``text`` in the scope; return the column and its type, or record the problem.
+
+    The expression must resolve in the scope's frame, be evaluable row by row (no aggregate,
+    window, generator or subquery), be deterministic and, for a condition, be boolean.
+    """
+    expr_text = _pinned(r, text, what)
+    if expr_text is None:
+        return None
+    try:
+        col = F.expr(expr_text)
+        probe = scope.frame.select(col.alias("v"))
+    except AnalysisException as exc:
+        if scope.hint is not None:
+            try:
+                scope.joined.select(F.expr(expr_text))
+                r.problems.append(f"{what} ({shorten(text)}) may reference only {scope.hint}")
+                return None
+            except Exception:
+                pass
+        r.problems.append(f"{what} ({shorten(text)}) cannot be resolved: {_short(exc)}")
+        return None
+    except Exception as exc:  # the parser or analyzer gave up (py4j error)
+        r.problems.append(f"{what} ({shorten(text)}) cannot be analysed: {_short(exc)}")
+        return None
+    kind = _not_row_by_row(probe, scope.base_nodes)
+    if kind is not None:
+        r.problems.append(
+            f"{what} ({shorten(text)}) uses {kind}, which a merge cannot evaluate row by row; compute "
+            "it in the model SQL and refer to that source column"
+        )
+        return None
+    dtype = probe.schema.fields[0].dataType
+    if boolean and not isinstance(dtype, (BooleanType, NullType)):
+        r.problems.append(
+            f"{what} ({shorten(text)}) must be a boolean expression, got {dtype.simpleString()}"
+        )
+    if not probe._jdf.queryExecution().analyzed().deterministic():
+        r.problems.append(
+            f"{what} ({shorten(text)}) is non-deterministic; conditions and values must be repeatable"
+        )
+    return col, dtype
+
+
+def _cast_to(
+    r: _Resolution, col: Column, src_type: DataType, text: str, frame: DataFrame, fld: StructField, what: str
+) -> Column:
+    """``col`` as a value of column ``fld``: unchanged if the types agree, else a checked cast.
+
+    A cast Spark cannot do at all is a problem here; a value that does not fit fails the
+    job when it is written (:func:`.outputs.checked_cast`).
+    """
+    if src_type == fld.dataType and char_limit(fld) is None:
+        return col
+    try:
+        frame.select(col.cast(fld.dataType))
+    except AnalysisException:
+        r.problems.append(
+            f"{what}: value ({shorten(text)}) of type {src_type.simpleString()} cannot be cast to "
+            f"column '{fld.name}' of type {fld.dataType.simpleString()}"
+        )
+        return col
+    return checked_cast(col, src_type, fld, text)
+
+
+# -- row-by-row checks ------------------------------------------------------------------------
 
 # Plan nodes an expression adds when it is not evaluated row by row.
 NOT_ROW_BY_ROW = {
@@ -103,6 +409,13 @@ NOT_ROW_BY_ROW = {
     "Window": "a window function",
     "Generate": "a generator (explode and the like)",
 }
+
+
+def _short(exc: Exception) -> str:
+    """Spark's reason for rejecting an expression, short enough to quote in a message."""
+    if "StackOverflowError" in str(exc):
+        return "the expression is nested too deeply for Spark's parser"
+    return shorten(spark_reason(exc), 400)
 
 
 def _node_classes(jplan: Any) -> list[str]:
@@ -141,131 +454,7 @@ def _not_row_by_row(probe: DataFrame, base: list[str]) -> str | None:
     return None
 
 
-@dataclass
-class ResolvedClause:
-    """A clause with Spark expressions: condition and new values (output column -> value)."""
-
-    clause: Clause
-    index: int  # position among clauses of the same kind
-    condition: Column | None
-    values: dict[str, Column] = field(default_factory=dict)  # missing column = keep old value
-
-    @property
-    def action(self) -> str:
-        return self.clause.action
-
-
-@dataclass
-class MergePlan:
-    spec: MergeSpec
-    target: TargetTable
-    output_fields: list[StructField]  # data columns (+ evolved ones), then partition columns
-    new_fields: list[StructField]  # added by schema evolution
-    on: Column
-    matched: list[ResolvedClause]
-    not_matched: list[ResolvedClause]
-    not_matched_by_source: list[ResolvedClause]
-    key_pairs: list[tuple[str, str]]  # (target column, source expression) of `=` conjuncts in on
-    target_only_conjuncts: list[str]  # conjuncts of on that read only the target
-    on_target_columns: list[str]  # target columns `on` reads (for error samples)
-
-    # -- row classification (valid on any frame that has both aliases) --------------------
-    @property
-    def ta(self) -> str:
-        return self.spec.target_alias
-
-    @property
-    def sa(self) -> str:
-        return self.spec.source_alias
-
-    def src_present(self) -> Column:
-        return F.col(q(self.sa, SRC_PRESENT)).isNotNull()
-
-    def old(self, name: str) -> Column:
-        if any(f.name == name for f in self.new_fields):
-            typ = next(f.dataType for f in self.new_fields if f.name == name)
-            return F.lit(None).cast(typ)
-        return F.col(q(self.ta, name))
-
-    @staticmethod
-    def action_index(clauses: list[ResolvedClause]) -> Column:
-        """Index of the first clause whose condition holds, else NO_ACTION."""
-        if not clauses:
-            return F.lit(NO_ACTION)
-        expr = None
-        for rc in clauses:
-            cond = rc.condition if rc.condition is not None else F.lit(True)
-            expr = F.when(cond, F.lit(rc.index)) if expr is None else expr.when(cond, F.lit(rc.index))
-        assert expr is not None
-        return expr.otherwise(F.lit(NO_ACTION))
-
-    def acting(self, clauses: list[ResolvedClause], idx: Column, action: str) -> Column:
-        """True where a clause of ``clauses`` with ``action`` acts (index ``idx``; never NULL).
-
-        An update that changes nothing does not act when ``skip_unchanged_updates`` is on.
-        """
-        parts = []
-        for rc in clauses:
-            if rc.action != action:
-                continue
-            cond = idx == rc.index
-            if action == "update" and self.spec.skip_unchanged_updates:
-                cond = cond & self.changed(rc)
-            parts.append(cond)
-        if not parts:
-            return F.lit(False)
-        return F.coalesce(reduce(lambda a, b: a | b, parts), F.lit(False))
-
-    def changed(self, rc: ResolvedClause) -> Column:
-        """True if the update writes a value different (null-safe) from the old one."""
-        types = {f.name: f.dataType for f in self.output_fields}
-        diffs = [
-            ~comparable(self.old(name), types[name]).eqNullSafe(comparable(value, types[name]))
-            for name, value in rc.values.items()
-        ]
-        if not diffs:
-            return F.lit(False)
-        out = diffs[0]
-        for d in diffs[1:]:
-            out = out | d
-        return out
-
-    def output_value(self, name: str, matched_idx: Column, nmbs_idx: Column) -> Column:
-        """New value of ``name`` for a target row in the rewrite (old value if no update acts)."""
-        expr = None
-        for kind_active, idx, clauses in (
-            (self.src_present(), matched_idx, self.matched),
-            (~self.src_present(), nmbs_idx, self.not_matched_by_source),
-        ):
-            for rc in clauses:
-                if rc.action != "update" or name not in rc.values:
-                    continue
-                cond = kind_active & (idx == rc.index)
-                expr = F.when(cond, rc.values[name]) if expr is None else expr.when(cond, rc.values[name])
-        return self.old(name) if expr is None else expr.otherwise(self.old(name))
-
-    def insert_value(self, name: str, nm_idx: Column, typ: DataType) -> Column:
-        expr = None
-        for rc in self.not_matched:
-            value = rc.values.get(name, F.lit(None).cast(typ))
-            expr = F.when(nm_idx == rc.index, value) if expr is None else expr.when(nm_idx == rc.index, value)
-        return F.lit(None).cast(typ) if expr is None else expr
-
-    def key_sample(self) -> Column:
-        """A readable rendering of the target row's key columns, for error messages."""
-        cols = [t for t, _ in self.key_pairs] or [
-            self.target.field(c).name for c in self.on_target_columns if self.target.has_column(c)
-        ]
-        cols = cols or [self.target.columns[0]]
-        parts = []
-        for c in cols:
-            parts.append(F.lit(f"{c}="))
-            parts.append(F.coalesce(F.col(q(self.ta, c)).cast("string"), F.lit("NULL")))
-            parts.append(F.lit(", "))
-        return F.concat(*parts[:-1])
-
-
-# -- construction and validation ------------------------------------------------------------
+# -- what `on` lets the scan prune ------------------------------------------------------------
 
 
 def _class(jexpr: Any) -> str:
@@ -329,8 +518,10 @@ class OnAnalysis:
 def analyze_on(
     spark: Any, on: str, ta: str, sa: str, target: TargetTable, s_ctx: DataFrame, t_ctx: DataFrame
 ) -> OnAnalysis:
-    """(``on`` is the pinned text: see :func:`build_plan`.)"""
-    """What `on` lets the scan prune: `target.col = source.col` conjuncts and target-only ones."""
+    """What `on` lets the scan prune: `target.col = source.col` conjuncts and target-only ones.
+
+    ``on`` is the pinned text (time functions replaced; see :func:`build_plan`).
+    """
     parsed = spark._jsparkSession.sessionState().sqlParser().parseExpression(on)
     key_pairs: list[tuple[str, str]] = []
     target_only: list[str] = []
@@ -354,228 +545,3 @@ def analyze_on(
         except AnalysisException:
             pass
     return OnAnalysis(key_pairs, target_only, _columns_of(parsed, ta))
-
-
-def build_plan(
-    spec: MergeSpec, target: TargetTable, source: DataFrame, target_df: DataFrame, commit_time: datetime
-) -> MergePlan:
-    """Resolve every clause against the schemas; raise MergeSpecError listing all problems.
-
-    Time functions in every expression read ``commit_time`` (see the module doc); messages
-    quote the expressions as the user wrote them.
-    """
-    problems: list[str] = []
-    column_names = [*source.columns, *target_df.columns]
-
-    def pinned(text: str, what: str) -> str | None:
-        try:
-            return pin_time(text, commit_time, column_names)
-        except UnpinnableTime as exc:
-            problems.append(f"{what} ({shorten(text)}): {exc}")
-            return None
-
-    ta, sa = spec.target_alias, spec.source_alias
-    s_ctx = source.alias(sa)
-    t_ctx = target_df.alias(ta)
-
-    reserved = [c for c in source.columns if c.lower().startswith(PREFIX)]
-    if reserved:
-        problems.append(f"source column(s) {', '.join(reserved)} use the reserved prefix {PREFIX}")
-    by_lower: dict[str, list[str]] = {}
-    for c in source.columns:
-        by_lower.setdefault(c.lower(), []).append(c)
-    twins = [names for names in by_lower.values() if len(names) > 1]
-    case_sensitive = str(source.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
-    if twins and not case_sensitive and any(c.star for c in spec.clauses):
-        shown = "; ".join(", ".join(names) for names in twins)
-        problems.append(
-            f"the source has columns whose names differ only in letter case ({shown}); Spark matches "
-            "names case-insensitively, so `*` cannot tell them apart. Rename them in the model SQL"
-        )
-
-    src_by_lower = {c.lower(): c for c in source.columns if not c.lower().startswith(PREFIX)}
-    tgt_lower = {f.name.lower() for f in target.schema.fields}
-    uses_star = any(c.star for c in spec.clauses)
-    new_fields: list[StructField] = []
-    if spec.schema_evolution and uses_star:
-        for f in source.schema.fields:
-            if f.name.lower() not in tgt_lower and not f.name.lower().startswith(PREFIX):
-                new_fields.append(StructField(f.name, f.dataType, True))
-    part_lower = {p.lower() for p in target.partition_columns}
-    data_fields = [f for f in target.schema.fields if f.name.lower() not in part_lower]
-    part_fields = [f for f in target.schema.fields if f.name.lower() in part_lower]
-    output_fields = data_fields + new_fields + part_fields
-
-    # `on`: must resolve over both sides, be boolean and deterministic.
-    on_text = pinned(spec.on, "`on`")
-    if on_text is None:
-        raise MergeSpecError(problems)
-    try:
-        on_col = F.expr(on_text)
-        joined = s_ctx.join(t_ctx, on_col, "inner")
-        if not joined._jdf.queryExecution().analyzed().deterministic():
-            problems.append(
-                f"`on` ({shorten(spec.on)}) is non-deterministic; a merge condition must be repeatable"
-            )
-    except Exception as exc:  # AnalysisException, or the parser giving up (py4j)
-        if "NON_DETERMINISTIC" in str(exc):
-            problems.append(
-                f"`on` ({shorten(spec.on)}) is non-deterministic; a merge condition must be repeatable"
-            )
-        else:
-            problems.append(f"`on` ({shorten(spec.on)}) cannot be resolved: {_short(exc)}")
-        raise MergeSpecError(problems) from None
-    if _has_subquery(joined._jdf.queryExecution().analyzed()):
-        problems.append(
-            f"`on` ({shorten(spec.on)}) uses a subquery; join the data in the model SQL and compare "
-            "with that source column"
-        )
-        raise MergeSpecError(problems)
-    base_nodes = {
-        id(ctx): _node_classes(ctx._jdf.queryExecution().analyzed()) for ctx in (s_ctx, t_ctx, joined)
-    }
-
-    def check(
-        ctx: DataFrame, text: str, what: str, boolean: bool, scope_hint: str | None
-    ) -> tuple[Column, DataType] | None:
-        """Resolve ``text`` in ``ctx``; return the column and its type, or record the problem."""
-        expr_text = pinned(text, what)
-        if expr_text is None:
-            return None
-        try:
-            col = F.expr(expr_text)
-            probe = ctx.select(col.alias("v"))
-        except AnalysisException as exc:
-            if scope_hint is not None:
-                try:
-                    joined.select(F.expr(expr_text))
-                    problems.append(f"{what} ({shorten(text)}) may reference only {scope_hint}")
-                    return None
-                except Exception:
-                    pass
-            problems.append(f"{what} ({shorten(text)}) cannot be resolved: {_short(exc)}")
-            return None
-        except Exception as exc:  # the parser or analyzer gave up (py4j error)
-            problems.append(f"{what} ({shorten(text)}) cannot be analysed: {_short(exc)}")
-            return None
-        kind = _not_row_by_row(probe, base_nodes[id(ctx)])
-        if kind is not None:
-            problems.append(
-                f"{what} ({shorten(text)}) uses {kind}, which a merge cannot evaluate row by row; compute "
-                "it in the model SQL and refer to that source column"
-            )
-            return None
-        dtype = probe.schema.fields[0].dataType
-        if boolean and not isinstance(dtype, (BooleanType, NullType)):
-            problems.append(
-                f"{what} ({shorten(text)}) must be a boolean expression, got {dtype.simpleString()}"
-            )
-        if not probe._jdf.queryExecution().analyzed().deterministic():
-            problems.append(
-                f"{what} ({shorten(text)}) is non-deterministic; conditions and values must be repeatable"
-            )
-        return col, dtype
-
-    def cast_to(
-        col: Column, src_type: DataType, text: str, ctx: DataFrame, fld: StructField, what: str
-    ) -> Column:
-        limit = _char_limit(fld)
-        if src_type == fld.dataType and limit is None:
-            return col
-        try:
-            ctx.select(col.cast(fld.dataType))
-        except AnalysisException:
-            problems.append(
-                f"{what}: value ({shorten(text)}) of type {src_type.simpleString()} cannot be cast to "
-                f"column '{fld.name}' of type {fld.dataType.simpleString()}"
-            )
-            return col
-        casted = col if src_type == fld.dataType else col.try_cast(fld.dataType)
-        failure = col.isNotNull() & casted.isNull()
-        declared = fld.dataType.simpleString()
-        if limit is not None:
-            # Spark's own rule for CHAR/VARCHAR: trailing spaces beyond the limit are fine.
-            failure = failure | (F.length(F.rtrim(casted)) > limit)
-            declared = str(fld.metadata[CHAR_VARCHAR_KEY])
-        message = F.concat(
-            F.lit(f"{CAST_ERROR_MARK}[column '{fld.name}' ({declared}), value '"),
-            col.cast("string"),
-            F.lit(f"' from {shorten(text)}]"),
-        )
-        return F.when(failure, F.raise_error(message)).otherwise(casted)
-
-    resolved: dict[str, list[ResolvedClause]] = {
-        "matched": [],
-        "not_matched": [],
-        "not_matched_by_source": [],
-    }
-    contexts = {
-        "matched": (joined, None),
-        "not_matched": (s_ctx, f"the source ({sa}); a not_matched row has no target row"),
-        "not_matched_by_source": (t_ctx, f"the target ({ta}); such a row has no source row"),
-    }
-    for clause in spec.clauses:
-        ctx, hint = contexts[clause.when]
-        label = clause.label
-        cond: Column | None = None
-        if clause.condition is not None:
-            checked = check(ctx, clause.condition, f"{label} condition", True, hint)
-            cond = checked[0] if checked else None
-        rc = ResolvedClause(clause, len(resolved[clause.when]), cond)
-        if clause.action in ("update", "insert"):
-            key = "set" if clause.action == "update" else "values"
-            if clause.assignments is None:  # `*`, by name
-                if clause.when == "not_matched_by_source":
-                    problems.append(f"{label}: `{key}: *` needs a source row; list the columns to set")
-                for fld in output_fields:
-                    src_name = src_by_lower.get(fld.name.lower())
-                    if src_name is None:
-                        if spec.schema_evolution:
-                            if clause.action == "insert":
-                                rc.values[fld.name] = F.lit(None).cast(fld.dataType)
-                            continue  # update *: leave unchanged
-                        problems.append(
-                            f"{label}: `{key}: *` needs source column '{fld.name}' (target column "
-                            "missing from the source); add it to the model SQL, or list the "
-                            "columns explicitly (merge_update_columns / merge_exclude_columns)"
-                        )
-                        continue
-                    col = F.col(q(sa, src_name))
-                    src_type = source.schema[src_name].dataType
-                    rc.values[fld.name] = cast_to(col, src_type, f"{sa}.{src_name}", ctx, fld, label)
-            else:
-                seen: set[str] = set()
-                for name, text in clause.assignments:
-                    if name.lower() in seen:
-                        problems.append(f"{label}: column '{name}' is assigned twice in `{key}`")
-                        continue
-                    seen.add(name.lower())
-                    match = [f for f in output_fields if f.name.lower() == name.lower()]
-                    if not match:
-                        problems.append(
-                            f"{label}: `{key}` names column '{name}', which the target "
-                            f"{target.name} does not have (columns: {', '.join(target.columns)})"
-                        )
-                        continue
-                    value = check(ctx, text, f"{label} `{key}` for '{name}'", False, hint)
-                    if value is not None:
-                        rc.values[match[0].name] = cast_to(*value, text, ctx, match[0], label)
-        resolved[clause.when].append(rc)
-
-    on_info = analyze_on(source.sparkSession, on_text, ta, sa, target, s_ctx, t_ctx)
-
-    if problems:
-        raise MergeSpecError(problems)
-    return MergePlan(
-        spec=spec,
-        target=target,
-        output_fields=output_fields,
-        new_fields=new_fields,
-        on=on_col,
-        matched=resolved["matched"],
-        not_matched=resolved["not_matched"],
-        not_matched_by_source=resolved["not_matched_by_source"],
-        key_pairs=on_info.key_pairs,
-        target_only_conjuncts=on_info.target_only,
-        on_target_columns=on_info.target_columns,
-    )

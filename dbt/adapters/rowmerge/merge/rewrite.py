@@ -18,7 +18,19 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .plan import FILE, NO_ACTION, ROW, SRC_ID, MergePlan, q
+from .outputs import (
+    FILE,
+    NO_ACTION,
+    ROW,
+    SRC_ID,
+    acting,
+    action_index,
+    insert_value,
+    output_value,
+    q,
+    src_present,
+)
+from .plan import MergePlan
 from .scan import ScanResult, target_frame
 from .source import MaterializedSource
 from .storage import Storage
@@ -39,8 +51,8 @@ class TouchedJoin:
     def acts(self, action: str) -> Column:
         """True where a clause with ``action`` really acts on the row (of either kind)."""
         p = self.plan
-        return p.acting(p.matched, self.matched_idx, action) | p.acting(
-            p.not_matched_by_source, self.nmbs_idx, action
+        return acting(p, p.matched, self.matched_idx, action) | acting(
+            p, p.not_matched_by_source, self.nmbs_idx, action
         )
 
 
@@ -50,12 +62,12 @@ def touched_join(
     """The rows of ``touched`` files, target preserved, joined with the (broadcast) source."""
     target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
     joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
-    src = plan.src_present()
+    src = src_present(plan)
     return TouchedJoin(
         plan,
         joined,
-        F.when(src, plan.action_index(plan.matched)).otherwise(F.lit(NO_ACTION)),
-        F.when(~src, plan.action_index(plan.not_matched_by_source)).otherwise(F.lit(NO_ACTION)),
+        F.when(src, action_index(plan.matched)).otherwise(F.lit(NO_ACTION)),
+        F.when(~src, action_index(plan.not_matched_by_source)).otherwise(F.lit(NO_ACTION)),
     )
 
 
@@ -66,7 +78,7 @@ def rewritten_rows(
     tj = touched_join(spark, plan, source, touched)
     m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
     out = tj.rows.where(~tj.acts("delete")).select(
-        *[plan.output_value(f.name, m_idx, b_idx).alias(f.name) for f in plan.output_fields],
+        *[output_value(plan, f.name, m_idx, b_idx).alias(f.name) for f in plan.output_fields],
         F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE),
         F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW),
     )
@@ -93,9 +105,9 @@ def inserted_rows(
         matched = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "inner")
         matched_ids = matched.select(F.col(f"`{plan.sa}`.`{SRC_ID}`").alias(SRC_ID))
         unmatched = source.df.join(matched_ids, SRC_ID, "left_anti").alias(plan.sa)
-    nm_idx = plan.action_index(plan.not_matched)
+    nm_idx = action_index(plan.not_matched)
     return unmatched.where(nm_idx != NO_ACTION).select(
-        *[plan.insert_value(f.name, nm_idx, f.dataType).alias(f.name) for f in plan.output_fields]
+        *[insert_value(plan, f.name, nm_idx, f.dataType).alias(f.name) for f in plan.output_fields]
     )
 
 

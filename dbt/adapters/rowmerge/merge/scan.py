@@ -22,7 +22,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .errors import CardinalityViolation
-from .plan import FILE, NO_ACTION, ROW, SIZE, SRC_ID, MergePlan, q
+from .outputs import FILE, NO_ACTION, ROW, SIZE, SRC_ID, acting, action_index, key_sample, q, src_present
+from .plan import MergePlan
 from .source import MaterializedSource, decode
 
 MAX_CARDINALITY_SAMPLES = 5
@@ -91,9 +92,9 @@ def find_touched_files(
     # Source rows that match nothing are found afterwards by id (see insert_source).
     how = "left_outer" if plan.not_matched_by_source else "inner"
     joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, how)
-    src = plan.src_present()
-    m_idx = F.when(src, plan.action_index(plan.matched))
-    b_idx = F.when(~src, plan.action_index(plan.not_matched_by_source))
+    src = src_present(plan)
+    m_idx = F.when(src, action_index(plan.matched))
+    b_idx = F.when(~src, action_index(plan.not_matched_by_source))
     pair = src.cast("int")
     classified = joined.select(
         F.col(f"`{plan.ta}`.`{FILE}`").alias("f"),
@@ -102,11 +103,11 @@ def find_touched_files(
         F.when(src, F.col(f"`{plan.ta}`.`{ROW}`")).alias("rk"),
         F.col(f"`{plan.ta}`.`{SIZE}`").alias("size"),
         pair.alias("pair"),
-        plan.acting(plan.matched, m_idx, "update").cast("int").alias("m_upd"),
-        plan.acting(plan.matched, m_idx, "delete").cast("int").alias("m_del"),
-        plan.acting(plan.not_matched_by_source, b_idx, "update").cast("int").alias("b_upd"),
-        plan.acting(plan.not_matched_by_source, b_idx, "delete").cast("int").alias("b_del"),
-        F.when(src, plan.key_sample()).alias("key"),
+        acting(plan, plan.matched, m_idx, "update").cast("int").alias("m_upd"),
+        acting(plan, plan.matched, m_idx, "delete").cast("int").alias("m_del"),
+        acting(plan, plan.not_matched_by_source, b_idx, "update").cast("int").alias("b_upd"),
+        acting(plan, plan.not_matched_by_source, b_idx, "delete").cast("int").alias("b_del"),
+        F.when(src, key_sample(plan)).alias("key"),
         F.col(f"`{plan.sa}`.`{SRC_ID}`").alias("sid"),
     )
     result = ScanResult()
@@ -162,7 +163,7 @@ def find_touched_files(
         assert result.cached is not None
         matched_ids = result.cached.where(F.col("pair") == 1).select(F.col("sid").alias(SRC_ID))
         result.insert_source = source.df.join(matched_ids, SRC_ID, "left_anti")
-        nm_idx = plan.action_index(plan.not_matched)
+        nm_idx = action_index(plan.not_matched)
         result.inserted = result.insert_source.alias(plan.sa).where(nm_idx != NO_ACTION).count()
     return result
 

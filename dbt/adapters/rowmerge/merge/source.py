@@ -26,7 +26,8 @@ from pyspark.sql.types import (
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError, spark_reason
-from .plan import SRC_ID, SRC_PRESENT, MergePlan
+from .outputs import SRC_ID, SRC_PRESENT
+from .plan import MergePlan
 from .table import sql_name
 
 # A partition key with at most this many distinct source values is pruned with IN (...);
