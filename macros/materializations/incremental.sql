@@ -10,8 +10,9 @@
   {%- set grant_config = config.get('grants') -%}
 
   {%- set file_format = dbt_spark_validate_get_file_format(raw_file_format) -%}
+  {#-- row_level_merge's file formats are checked with the rest of its config, below. --#}
   {%- if raw_strategy == 'row_level_merge' -%}
-    {%- set strategy = rowmerge_validate_strategy(raw_strategy, file_format) -%}
+    {%- set strategy = raw_strategy -%}
   {%- else -%}
     {%- set strategy = dbt_spark_validate_get_incremental_strategy(raw_strategy, file_format) -%}
   {%- endif -%}
@@ -20,7 +21,7 @@
   {%- set partition_by = config.get('partition_by', none) -%}
   {%- set language = model['language'] -%}
   {%- set on_schema_change = incremental_validate_on_schema_change(config.get('on_schema_change'), default='ignore') -%}
-  {%- set incremental_predicates = config.get('predicates', none) or config.get('incremental_predicates', none) -%}
+  {%- set incremental_predicates = rowmerge_incremental_predicates(model.config) or none -%}
   {%- set target_relation = this -%}
   {%- set existing_relation = load_relation(this) -%}
   {% set tmp_relation = this.incorporate(path = {"identifier": this.identifier ~ '__dbt_tmp'}) -%}
@@ -29,9 +30,10 @@
     {%- set tmp_relation = tmp_relation.include(database=false, schema=false) -%}
   {%- endif -%}
 
-  {#-- Invalid merge config fails before anything runs, even on the first run. --#}
+  {#-- Invalid merge config fails before anything runs, even on the first run (the
+       target's columns are not known yet: they are checked again at the merge). --#}
   {%- if strategy == 'row_level_merge' -%}
-    {%- do rowmerge_validate_merge_config(strategy) -%}
+    {%- do rowmerge_spec(model.config, target_relation, tmp_relation.render()) -%}
   {%- endif -%}
 
   {%- if strategy in ['insert_overwrite', 'microbatch'] and partition_by -%}
@@ -70,7 +72,8 @@
     {%- endcall -%}
     {%- do process_schema_changes(on_schema_change, tmp_relation, existing_relation) -%}
     {%- if strategy == 'row_level_merge' -%}
-      {%- set spec = rowmerge_merge_spec(target_relation, tmp_relation, on_schema_change) -%}
+      {%- set columns = adapter.get_columns_in_relation(target_relation) | map(attribute='name') | list -%}
+      {%- set spec = rowmerge_spec(model.config, target_relation, tmp_relation.render(), columns) -%}
       {%- set response = adapter.rowmerge_run_merge(spec) -%}
       {%- do store_result('main', response=response) -%}
     {%- else -%}

@@ -1,178 +1,203 @@
 {#--
-  Compile model config into the clause spec (DESIGN §4) that the engine runs.
-  Either `merge_clauses` (used as written) or the dbt-databricks style shorthand keys,
-  compiled in this order: matched delete (delete_condition), matched update, not matched
-  insert, not matched by source delete/update. `on` is equality on every unique_key column
-  ANDed with each incremental_predicates entry.
+  Compile a model config into the clause spec the engine runs. These macros only translate:
+  they never judge the config. `adapter.rowmerge_validate` judges the compiled spec and the
+  config it came from, in Python (model_config.py), and raises one error naming the key.
+
+  `cfg` is a mapping of config keys (the model's `model.config`, or a dict passed to the
+  `rowmerge_compile` operation); `relation` is the model's relation; `columns` the target's
+  column names, or none before the table exists (first run).
 --#}
-{% macro rowmerge_aliases() %}
-  {{ return({
-    'target': config.get('target_alias', none) or 'DBT_INTERNAL_DEST',
-    'source': config.get('source_alias', none) or 'DBT_INTERNAL_SOURCE'}) }}
+
+{#-- The validated spec of a model: compiled here, judged once in Python. --#}
+{% macro rowmerge_spec(cfg, relation, source, columns=none) %}
+  {%- set spec = rowmerge_compile_spec(cfg, relation, source, columns) -%}
+  {{ return(adapter.rowmerge_validate(spec, cfg, relation.render(), columns)) }}
 {% endmacro %}
 
 
-{% macro rowmerge_on_condition() %}
-  {%- set aliases = rowmerge_aliases() -%}
-  {%- set unique_key = config.get('unique_key', none) -%}
-  {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
+{% macro rowmerge_compile_spec(cfg, relation, source, columns=none) %}
+  {%- set defaults = adapter.rowmerge_defaults() -%}
+  {%- set aliases = {
+    'target': cfg.get('target_alias') or defaults.target_alias,
+    'source': cfg.get('source_alias') or defaults.source_alias} -%}
+  {%- set changes = rowmerge_changes_table(cfg, relation) -%}
+  {%- set spec = {
+    'version': defaults.spec_version,
+    'target': relation.render(),
+    'source': source,
+    'target_alias': aliases.target,
+    'source_alias': aliases.source,
+    'on': rowmerge_on(cfg, aliases),
+    'clauses': rowmerge_clauses(cfg, aliases, columns),
+    'skip_unchanged_updates': defaults.skip_unchanged_updates if cfg.get('skip_unchanged_updates') is none else cfg.get('skip_unchanged_updates'),
+    'change_data_feed': {'table': changes} if changes else none,
+    'schema_evolution': cfg.get('on_schema_change') == 'append_new_columns',
+  } -%}
+  {%- if cfg.get('lock_timeout_s') is not none -%}
+    {%- do spec.update({'lock_timeout_s': cfg.get('lock_timeout_s')}) -%}
+  {%- endif -%}
+  {{ return(spec) }}
+{% endmacro %}
+
+
+{#-- `on`: equality on every unique_key column, ANDed with each incremental predicate. --#}
+{% macro rowmerge_on(cfg, aliases) %}
   {%- set parts = [] -%}
-  {%- for key in keys -%}
+  {%- for key in rowmerge_as_list(cfg.get('unique_key')) -%}
     {%- do parts.append(aliases.target ~ ".`" ~ key ~ "` = " ~ aliases.source ~ ".`" ~ key ~ "`") -%}
   {%- endfor -%}
-  {%- set predicates = config.get('incremental_predicates', none) or config.get('predicates', none) or [] -%}
-  {%- for p in predicates -%}
+  {%- for p in rowmerge_as_list(rowmerge_incremental_predicates(cfg)) -%}
     {%- do parts.append("(" ~ p ~ ")") -%}
   {%- endfor -%}
   {{ return(parts | join(' AND ')) }}
 {% endmacro %}
 
 
-{#-- dest_columns: the target's column names, or none when not known yet (first run). --#}
-{% macro rowmerge_clauses(dest_columns) %}
-  {%- set aliases = rowmerge_aliases() -%}
-  {%- set merge_clauses = config.get('merge_clauses', none) -%}
-  {%- if merge_clauses is not none -%}
-    {%- if merge_clauses is string or merge_clauses is mapping or merge_clauses is not iterable -%}
-      {{ return(merge_clauses) }}
-    {%- endif -%}
-    {#-- Each clause carries its origin so engine messages name `merge_clauses[i]`. --#}
-    {%- set named = [] -%}
-    {%- for c in merge_clauses -%}
-      {%- if c is mapping -%}
-        {%- set copy = {} -%}
-        {%- do copy.update(c) -%}
-        {%- do copy.update({'origin': 'merge_clauses[' ~ loop.index0 ~ ']'}) -%}
-        {%- do named.append(copy) -%}
-      {%- else -%}
-        {%- do named.append(c) -%}
-      {%- endif -%}
-    {%- endfor -%}
-    {{ return(named) }}
+{#-- A config value as a list: a single value becomes a list of one (none: empty). --#}
+{% macro rowmerge_as_list(value) %}
+  {%- if value is none -%}{{ return([]) }}{%- endif -%}
+  {%- if value is sequence and value is not string and value is not mapping -%}{{ return(value | list) }}{%- endif -%}
+  {{ return([value]) }}
+{% endmacro %}
+
+
+{#-- `predicates` is dbt's older name of `incremental_predicates`; dbt-core's precedence. --#}
+{% macro rowmerge_incremental_predicates(cfg) %}
+  {{ return(cfg.get('predicates') or cfg.get('incremental_predicates') or []) }}
+{% endmacro %}
+
+
+{#-- merge_clauses as written, or the shorthand keys in the order the clauses run. --#}
+{% macro rowmerge_clauses(cfg, aliases, columns) %}
+  {%- if cfg.get('merge_clauses') is not none -%}
+    {{ return(rowmerge_merge_clauses(cfg.get('merge_clauses'))) }}
   {%- endif -%}
-  {%- set problems = [] -%}
   {%- set clauses = [] -%}
-  {%- set delete_condition = config.get('delete_condition', none) -%}
-  {%- if delete_condition -%}
-    {%- do clauses.append({'when': 'matched', 'condition': delete_condition, 'action': 'delete', 'origin': 'delete_condition'}) -%}
-  {%- endif -%}
-
-  {%- if not config.get('skip_matched_step', false) -%}
-    {%- set update_columns = config.get('merge_update_columns', none) -%}
-    {%- set exclude_columns = config.get('merge_exclude_columns', none) -%}
-    {%- set lowered = (dest_columns or []) | map('lower') | list -%}
-    {%- for key, cols in [('merge_update_columns', update_columns), ('merge_exclude_columns', exclude_columns)] -%}
-      {%- if cols and dest_columns is not none -%}
-        {%- for c in cols if c | lower not in lowered -%}
-          {%- do problems.append("`" ~ key ~ "` names column '" ~ c ~ "', which " ~ this ~ " does not have (columns: " ~ (dest_columns | join(', ')) ~ ")") -%}
-        {%- endfor -%}
-      {%- endif -%}
-    {%- endfor -%}
-    {%- set set_ = '*' -%}
-    {%- if update_columns -%}
-      {%- set set_ = {} -%}
-      {%- for c in update_columns -%}{%- do set_.update({c: aliases.source ~ ".`" ~ c ~ "`"}) -%}{%- endfor -%}
-    {%- elif exclude_columns and dest_columns is not none -%}
-      {%- set excluded = exclude_columns | map('lower') | list -%}
-      {%- set set_ = {} -%}
-      {%- for c in dest_columns if c | lower not in excluded -%}
-        {%- do set_.update({c: aliases.source ~ ".`" ~ c ~ "`"}) -%}
-      {%- endfor -%}
-      {%- if not set_ -%}
-        {%- do problems.append("`merge_exclude_columns` excludes every column; use skip_matched_step instead") -%}
-        {%- set set_ = '*' -%}
-      {%- endif -%}
-    {%- endif -%}
-    {%- set origin = 'merge_update_columns' if update_columns else ('merge_exclude_columns' if exclude_columns else 'the default matched update') -%}
-    {%- if config.get('matched_condition', none) -%}{%- set origin = 'matched_condition' -%}{%- endif -%}
-    {%- set clause = {'when': 'matched', 'action': 'update', 'set': set_, 'origin': origin} -%}
-    {%- if config.get('matched_condition', none) -%}
-      {%- do clause.update({'condition': config.get('matched_condition')}) -%}
-    {%- endif -%}
-    {%- do clauses.append(clause) -%}
-  {%- endif -%}
-
-  {%- if not config.get('skip_not_matched_step', false) -%}
-    {%- set conds = [] -%}
-    {%- if config.get('not_matched_condition', none) -%}{%- do conds.append(config.get('not_matched_condition')) -%}{%- endif -%}
-    {%- if delete_condition -%}{%- do conds.append('NOT (' ~ delete_condition ~ ')') -%}{%- endif -%}
-    {#-- Parenthesize only when two conditions are combined. --#}
-    {%- if conds | length > 1 -%}{%- set conds = ['(' ~ conds[0] ~ ')', conds[1]] -%}{%- endif -%}
-    {%- set origin = 'not_matched_condition' if config.get('not_matched_condition', none) else 'the default not-matched insert' -%}
-    {%- set clause = {'when': 'not_matched', 'action': 'insert', 'values': '*', 'origin': origin} -%}
-    {%- if conds -%}{%- do clause.update({'condition': conds | join(' AND ')}) -%}{%- endif -%}
-    {%- do clauses.append(clause) -%}
-  {%- endif -%}
-
-  {%- set nmbs_action = config.get('not_matched_by_source_action', none) -%}
-  {%- if nmbs_action in ['delete', 'update'] -%}
-    {%- set clause = {'when': 'not_matched_by_source', 'action': nmbs_action, 'origin': 'not_matched_by_source_action'} -%}
-    {%- if config.get('not_matched_by_source_condition', none) -%}
-      {%- do clause.update({'origin': 'not_matched_by_source_condition'}) -%}
-    {%- endif -%}
-    {%- if config.get('not_matched_by_source_condition', none) -%}
-      {%- do clause.update({'condition': config.get('not_matched_by_source_condition')}) -%}
-    {%- endif -%}
-    {%- if nmbs_action == 'update' -%}
-      {%- do clause.update({'set': config.get('not_matched_by_source_set', none)}) -%}
-    {%- endif -%}
-    {%- do clauses.append(clause) -%}
-  {%- endif -%}
-  {%- if problems -%}
-    {%- do rowmerge_raise_config_problems(problems) -%}
-  {%- endif -%}
+  {%- for clause in [rowmerge_delete_clause(cfg), rowmerge_update_clause(cfg, aliases, columns),
+                     rowmerge_insert_clause(cfg), rowmerge_not_matched_by_source_clause(cfg)] -%}
+    {%- if clause is not none -%}{%- do clauses.append(clause) -%}{%- endif -%}
+  {%- endfor -%}
   {{ return(clauses) }}
 {% endmacro %}
 
 
-{% macro rowmerge_build_spec(target_name, source_name, dest_columns, on_schema_change) %}
-  {%- set aliases = rowmerge_aliases() -%}
-  {%- set spec = {
-    'version': 1,
-    'target': target_name,
-    'source': source_name,
-    'target_alias': aliases.target,
-    'source_alias': aliases.source,
-    'on': rowmerge_on_condition(),
-    'clauses': rowmerge_clauses(dest_columns),
-    'skip_unchanged_updates': config.get('skip_unchanged_updates', true),
-    'change_data_feed': rowmerge_change_feed_spec(),
-    'schema_evolution': on_schema_change == 'append_new_columns',
-  } -%}
-  {%- if config.get('lock_timeout_s', none) is not none -%}
-    {%- do spec.update({'lock_timeout_s': config.get('lock_timeout_s')}) -%}
+{#-- Each clause carries its origin so messages name `merge_clauses[i]`; what is not a list
+     of mappings is passed on as it is, for the validator to name. --#}
+{% macro rowmerge_merge_clauses(merge_clauses) %}
+  {%- if merge_clauses is string or merge_clauses is mapping or merge_clauses is not iterable -%}
+    {{ return(merge_clauses) }}
   {%- endif -%}
-  {%- set problems = adapter.rowmerge_spec_problems(spec) -%}
-  {%- if problems -%}
-    {%- do rowmerge_raise_config_problems(problems) -%}
+  {%- set named = [] -%}
+  {%- for c in merge_clauses -%}
+    {%- if c is mapping -%}
+      {%- set copy = {} -%}
+      {%- do copy.update(c) -%}
+      {%- do copy.update({'origin': 'merge_clauses[' ~ loop.index0 ~ ']'}) -%}
+      {%- do named.append(copy) -%}
+    {%- else -%}
+      {%- do named.append(c) -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {{ return(named) }}
+{% endmacro %}
+
+
+{#-- delete_condition: WHEN MATCHED AND <cond> THEN DELETE, ahead of the update. --#}
+{% macro rowmerge_delete_clause(cfg) %}
+  {%- if not cfg.get('delete_condition') -%}{{ return(none) }}{%- endif -%}
+  {{ return({'when': 'matched', 'condition': cfg.get('delete_condition'), 'action': 'delete',
+             'origin': 'delete_condition'}) }}
+{% endmacro %}
+
+
+{#-- WHEN MATCHED [AND matched_condition] THEN UPDATE: every column, merge_update_columns,
+     or all but merge_exclude_columns (those need the target's columns; `*` before it exists). --#}
+{% macro rowmerge_update_clause(cfg, aliases, columns) %}
+  {%- if cfg.get('skip_matched_step') is sameas true -%}{{ return(none) }}{%- endif -%}
+  {%- set update_columns = cfg.get('merge_update_columns') -%}
+  {%- set exclude_columns = cfg.get('merge_exclude_columns') -%}
+  {%- set set_ = '*' -%}
+  {%- set origin = 'the default matched update' -%}
+  {%- if update_columns -%}
+    {%- set set_ = {} -%}
+    {%- for c in rowmerge_as_list(update_columns) -%}{%- do set_.update({c: aliases.source ~ ".`" ~ c ~ "`"}) -%}{%- endfor -%}
+    {%- set origin = 'merge_update_columns' -%}
+  {%- elif exclude_columns -%}
+    {%- set origin = 'merge_exclude_columns' -%}
+    {%- if columns is not none -%}
+      {%- set excluded = rowmerge_as_list(exclude_columns) | map('string') | map('lower') | list -%}
+      {%- set set_ = {} -%}
+      {%- for c in columns if c | lower not in excluded -%}
+        {%- do set_.update({c: aliases.source ~ ".`" ~ c ~ "`"}) -%}
+      {%- endfor -%}
+    {%- endif -%}
   {%- endif -%}
-  {{ return(spec) }}
+  {%- set clause = {'when': 'matched', 'action': 'update', 'set': set_, 'origin': origin} -%}
+  {%- if cfg.get('matched_condition') -%}
+    {%- do clause.update({'condition': cfg.get('matched_condition'), 'origin': 'matched_condition'}) -%}
+  {%- endif -%}
+  {{ return(clause) }}
+{% endmacro %}
+
+
+{#-- WHEN NOT MATCHED [AND not_matched_condition] [AND NOT (delete_condition)] THEN INSERT *:
+     a row the delete clause would have deleted is never inserted. --#}
+{% macro rowmerge_insert_clause(cfg) %}
+  {%- if cfg.get('skip_not_matched_step') is sameas true -%}{{ return(none) }}{%- endif -%}
+  {%- set conds = [] -%}
+  {%- if cfg.get('not_matched_condition') -%}{%- do conds.append(cfg.get('not_matched_condition')) -%}{%- endif -%}
+  {%- if cfg.get('delete_condition') -%}{%- do conds.append('NOT (' ~ cfg.get('delete_condition') ~ ')') -%}{%- endif -%}
+  {#-- Parenthesized only when two conditions are combined. --#}
+  {%- if conds | length > 1 -%}{%- set conds = ['(' ~ conds[0] ~ ')', conds[1]] -%}{%- endif -%}
+  {%- set clause = {'when': 'not_matched', 'action': 'insert', 'values': '*',
+                    'origin': 'not_matched_condition' if cfg.get('not_matched_condition') else 'the default not-matched insert'} -%}
+  {%- if conds -%}{%- do clause.update({'condition': conds | join(' AND ')}) -%}{%- endif -%}
+  {{ return(clause) }}
+{% endmacro %}
+
+
+{#-- WHEN NOT MATCHED BY SOURCE [AND not_matched_by_source_condition] THEN DELETE | UPDATE SET
+     not_matched_by_source_set. --#}
+{% macro rowmerge_not_matched_by_source_clause(cfg) %}
+  {%- set action = cfg.get('not_matched_by_source_action') -%}
+  {%- if action is none -%}{{ return(none) }}{%- endif -%}
+  {%- set clause = {'when': 'not_matched_by_source', 'action': action, 'origin': 'not_matched_by_source_action'} -%}
+  {%- if cfg.get('not_matched_by_source_condition') -%}
+    {%- do clause.update({'condition': cfg.get('not_matched_by_source_condition'),
+                          'origin': 'not_matched_by_source_condition'}) -%}
+  {%- endif -%}
+  {%- if action == 'update' -%}
+    {%- do clause.update({'set': cfg.get('not_matched_by_source_set')}) -%}
+  {%- endif -%}
+  {{ return(clause) }}
 {% endmacro %}
 
 
 {#--
-  The change table of this model: none without change_data_feed; `<model>__changes` in the
+  The change table of a model: none without change_data_feed; `<model>__changes` in the
   model's schema for `true`; a name otherwise (in the model's schema unless qualified).
 --#}
-{% macro rowmerge_changes_table() %}
-  {%- set cdf = config.get('change_data_feed', none) -%}
+{% macro rowmerge_changes_table(cfg, relation) %}
+  {%- set cdf = cfg.get('change_data_feed') -%}
   {%- if cdf is sameas true -%}
-    {{ return(this.incorporate(path={'identifier': this.identifier ~ '__changes'}).render()) }}
+    {{ return(relation.incorporate(path={'identifier': relation.identifier ~ adapter.rowmerge_defaults().changes_suffix}).render()) }}
   {%- elif cdf is string and cdf | trim -%}
-    {{ return(cdf | trim if '.' in cdf else this.incorporate(path={'identifier': cdf | trim}).render()) }}
+    {{ return(cdf | trim if '.' in cdf else relation.incorporate(path={'identifier': cdf | trim}).render()) }}
   {%- endif -%}
   {{ return(none) }}
 {% endmacro %}
 
 
-{% macro rowmerge_change_feed_spec() %}
-  {%- set name = rowmerge_changes_table() -%}
-  {{ return({'table': name} if name else none) }}
-{% endmacro %}
-
-
-{#-- The spec for this model's merge of its temp view into the existing table. --#}
-{% macro rowmerge_merge_spec(target_relation, source_relation, on_schema_change) %}
-  {%- set dest_columns = adapter.get_columns_in_relation(target_relation) | map(attribute='name') | list -%}
-  {{ return(rowmerge_build_spec(target_relation.render(), source_relation.render(), dest_columns, on_schema_change)) }}
+{#--
+  dbt run-operation rowmerge_compile --args '{config: {unique_key: id, delete_condition: "..."}}'
+  prints the clause spec a model with that config would run (validated: an invalid config
+  fails with the message a run would give). `relation` names the model (default
+  analytics.model), `columns` the target's columns if it exists.
+--#}
+{% macro rowmerge_compile(config, relation='analytics.model', columns=none) %}
+  {%- set parts = relation.split('.') -%}
+  {%- set rel = api.Relation.create(schema=parts[-2] if parts | length > 1 else none, identifier=parts[-1]) -%}
+  {%- set spec = rowmerge_spec(config, rel, rel.identifier ~ '__dbt_tmp', columns) -%}
+  {{ log(tojson(spec.raw, sort_keys=true), info=True) }}
+  {{ return(spec.raw) }}
 {% endmacro %}

@@ -4,7 +4,7 @@
   change table, with change_data_feed, starts empty; a full refresh says so in the log.
 --#}
 {% macro rowmerge_start_history(relation, operation, earlier_versions=0) %}
-  {%- set changes = rowmerge_changes_table() -%}
+  {%- set changes = rowmerge_changes_table(model.config, relation) -%}
   {%- set started = adapter.rowmerge_start_history(relation.render(), operation, changes) -%}
   {#-- A journal that survived the drop (a table with its own location) is counted here. --#}
   {%- set earlier_versions = [earlier_versions, started.versions_forgotten] | max -%}
@@ -30,14 +30,7 @@
   update_postimage, delete), _commit_version and _commit_timestamp.
 --#}
 {% macro table_changes(relation, start_version, end_version=none) %}
-  {%- for name, value in [('start_version', start_version), ('end_version', end_version)] -%}
-    {%- if value is not none and (value is not number or value is sameas true or value is sameas false or value < 0) -%}
-      {%- do exceptions.raise_compiler_error("table_changes(" ~ relation ~ "): " ~ name ~ " must be a version number >= 0 (see `dbt run-operation rowmerge_history`), got " ~ value) -%}
-    {%- endif -%}
-  {%- endfor -%}
-  {%- if start_version is none -%}
-    {%- do exceptions.raise_compiler_error("table_changes(" ~ relation ~ "): start_version is required") -%}
-  {%- endif -%}
+  {%- do adapter.rowmerge_check_versions(relation, start_version, end_version) -%}
   {#-- abs() (versions are never negative) keeps Spark from pushing the filter to a Hive
        metastore, whose filter grammar rejects names starting with `_`; Spark still prunes the
        _commit_version partitions itself. --#}
@@ -47,15 +40,16 @@
 {% endmacro %}
 
 
-{#-- The change table of a model relation: its change_data_feed name, else <model>__changes. --#}
+{#-- The change table of a model relation: named by its model's change_data_feed config
+     (rowmerge_changes_table), else the default `<model>__changes`. --#}
 {% macro rowmerge_changes_relation(relation) %}
   {%- if execute -%}
     {%- for node in graph.nodes.values() if node.resource_type == 'model' -%}
-      {%- set cdf = node.config.get('change_data_feed') -%}
-      {%- if (node.alias or node.name) == relation.identifier and node.schema == relation.schema and cdf is string and cdf | trim -%}
-        {{ return(cdf | trim if '.' in cdf else relation.incorporate(path={'identifier': cdf | trim}).render()) }}
+      {%- if (node.alias or node.name) == relation.identifier and node.schema == relation.schema -%}
+        {%- set name = rowmerge_changes_table(node.config, relation) -%}
+        {%- if name -%}{{ return(name) }}{%- endif -%}
       {%- endif -%}
     {%- endfor -%}
   {%- endif -%}
-  {{ return(relation.incorporate(path={'identifier': relation.identifier ~ '__changes'}).render()) }}
+  {{ return(rowmerge_changes_table({'change_data_feed': true}, relation)) }}
 {% endmacro %}

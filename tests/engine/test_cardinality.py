@@ -1,4 +1,4 @@
-"""Cardinality (DESIGN §5, Spark/Iceberg rule): one target row, several matching source rows."""
+"""Cardinality (Spark/Iceberg rule): one target row, several matching source rows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Change data feed (DESIGN §8): exact change rows for each of Delta's rules.
+"""Change data feed: exact change rows for each of Delta's rules.
 
 Every test reads the feed table back through the catalog and compares every row, so a
 missing, extra or duplicated change row fails. Rows are (columns..., _change_type,

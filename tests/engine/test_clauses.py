@@ -1,4 +1,4 @@
-"""WHEN clauses (DESIGN §4, §5): order, conditions, every action of every kind.
+"""WHEN clauses: order, conditions, every action of every kind.
 
 Every test checks the full table contents after the merge and the row counters.
 """

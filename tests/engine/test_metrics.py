@@ -1,4 +1,4 @@
-"""Merge metrics (DESIGN §6): Delta's names, exact counts for a mixed merge."""
+"""Merge metrics: Delta's names, exact counts for a mixed merge."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.engine.helpers import (
     source_view,
 )
 
-DESIGN_METRICS = {
+CONTRACT_METRICS = {
     "numSourceRows",
     "numTargetRowsInserted",
     "numTargetRowsUpdated",
@@ -77,7 +77,7 @@ def test_metrics_mixed_merge_exact_counts(spark, db):
     removed = [p for p in before if p not in after]
     added = new_files(before, after)
     m = result.metrics
-    assert DESIGN_METRICS <= set(m)
+    assert CONTRACT_METRICS <= set(m)
     assert m["numSourceRows"] == 4
     assert m["numTargetRowsInserted"] == 1
     assert m["numTargetRowsUpdated"] == 1
@@ -96,8 +96,8 @@ def test_metrics_mixed_merge_exact_counts(spark, db):
     assert result.version == 1
     assert result.summary() == "MERGE 1 updated, 1 inserted, 2 deleted; 3 of 4 files rewritten"
     logged = history(spark, t)[0]["metrics"]
-    assert {k: logged[k] for k in DESIGN_METRICS if not k.endswith("TimeMs")} == {
-        k: m[k] for k in DESIGN_METRICS if not k.endswith("TimeMs")
+    assert {k: logged[k] for k in CONTRACT_METRICS if not k.endswith("TimeMs")} == {
+        k: m[k] for k in CONTRACT_METRICS if not k.endswith("TimeMs")
     }
 
 

@@ -1,4 +1,4 @@
-"""NULL semantics (DESIGN §5): `on` uses SQL equality, `<=>` matches NULLs, NULL conditions are false."""
+"""NULL semantics: `on` uses SQL equality, `<=>` matches NULLs, NULL conditions are false."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Partitioned targets: rows move between partitions, new partitions reach the catalog (DESIGN §6)."""
+"""Partitioned targets: rows move between partitions, new partitions reach the catalog."""
 
 from __future__ import annotations
 

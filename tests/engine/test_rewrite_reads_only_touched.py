@@ -1,4 +1,4 @@
-"""The rewrite pass must never open an untouched file (DESIGN §6).
+"""The rewrite pass must never open an untouched file.
 
 Between the scan and the rewrite, every file the scan did not report as touched is replaced
 by garbage bytes. If the rewrite pass opened any of them, Spark would fail to read its

@@ -1,4 +1,4 @@
-"""`*` by name, schema evolution and casts to the target column types (DESIGN §5)."""
+"""`*` by name, schema evolution and casts to the target column types."""
 
 from __future__ import annotations
 

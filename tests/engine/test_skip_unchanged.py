@@ -1,4 +1,4 @@
-"""skip_unchanged_updates (DESIGN §5): an update that writes the old values changes nothing."""
+"""skip_unchanged_updates: an update that writes the old values changes nothing."""
 
 from __future__ import annotations
 

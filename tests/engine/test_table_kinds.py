@@ -1,4 +1,4 @@
-"""Target kinds dbt-spark creates or users bring (DESIGN §6): external location, Hive serde.
+"""Target kinds dbt-spark creates or users bring: external location, Hive serde.
 
 Rows are inserted with a COALESCE(1) hint so that each INSERT writes exactly one file.
 """

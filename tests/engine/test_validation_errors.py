@@ -1,4 +1,4 @@
-"""Invalid merges fail before anything runs and leave the target exactly as it was (DESIGN §4, §5)."""
+"""Invalid merges fail before anything runs and leave the target exactly as it was."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Invalid row_level_merge config: exact messages, and nothing changes.
+"""Invalid row_level_merge config through whole dbt runs: the wiring, and nothing changes.
 
+Every message is tested, case by case, in ``test_compile.py`` (one run-operation). Here a
+few configs of each kind go through real runs, to prove that an invalid config fails the
+first run before anything is created, and fails a later run leaving the table as it was.
 Every model has a good config (var `bad` false) and a bad one (var `bad` true). Three runs:
 
 A. bad config before any table exists: static problems fail even on this first run, and
@@ -26,56 +29,10 @@ STATIC = {
         "{prefix}merge_clauses[0]: unknown `when` 'sometimes'; use one of matched, not_matched, "
         "not_matched_by_source",
     ),
-    "unknown_action": (
-        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'upsert', 'set': '*'}]",
-        "{prefix}merge_clauses[0] (when: matched): unknown `action` 'upsert'; use one of update, delete",
-    ),
-    "set_on_insert": (
-        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'update', 'set': '*'},"
-        " {'when': 'not_matched', 'action': 'insert', 'set': '*', 'values': '*'}]",
-        "{prefix}merge_clauses[1] (when: not_matched): `set` is for update; an insert takes `values`",
-    ),
-    "values_on_update": (
-        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'update', 'set': '*', 'values': '*'}]",
-        "{prefix}merge_clauses[0] (when: matched): `values` is for insert; an update takes `set`",
-    ),
-    "insert_under_matched": (
-        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'insert', 'values': '*'}]",
-        "{prefix}merge_clauses[0] (when: matched): action 'insert' is not allowed here; when: matched "
-        "allows update or delete (insert is only for when: not_matched)",
-    ),
-    "unconditional_not_last": (
-        "unique_key='id', merge_clauses=[{'when': 'matched', 'action': 'update', 'set': '*'},"
-        f" {{'when': 'matched', 'condition': \"{S}.name = 'x'\", 'action': 'delete'}}]",
-        "{prefix}merge_clauses[0] (when: matched): only the last matched clause may omit `condition`; "
-        "a clause after it could never act. Add a condition or move it last",
-    ),
-    "update_and_exclude": (
-        "unique_key='id', merge_update_columns=['name'], merge_exclude_columns=['id']",
-        "{prefix}`merge_update_columns` and `merge_exclude_columns` cannot both be set; use one",
-    ),
     "no_unique_key": (
         "matched_condition='true'",
         "{prefix}`unique_key` is required for incremental_strategy='row_level_merge' (it builds the "
         "merge `on` condition; with merge_clauses too)",
-    ),
-    "no_unique_key_clauses": (
-        "merge_clauses=[{'when': 'matched', 'action': 'update', 'set': '*'}]",
-        "{prefix}`unique_key` is required for incremental_strategy='row_level_merge' (it builds the "
-        "merge `on` condition; with merge_clauses too)",
-    ),
-    "bad_nmbs_action": (
-        "unique_key='id', not_matched_by_source_action='archive'",
-        "{prefix}`not_matched_by_source_action` must be 'delete' or 'update', got 'archive'",
-    ),
-    "nmbs_update_without_set": (
-        "unique_key='id', not_matched_by_source_action='update'",
-        "{prefix}`not_matched_by_source_action`='update' needs `not_matched_by_source_set` (a mapping "
-        "of target column to SQL expression)",
-    ),
-    "skip_both_steps": (
-        "unique_key='id', skip_matched_step=true, skip_not_matched_step=true",
-        "{prefix}`skip_matched_step` and `skip_not_matched_step` together leave no clause to run",
     ),
     "clauses_and_shorthand": (
         "unique_key='id', matched_condition='true', "
@@ -88,11 +45,6 @@ STATIC = {
         "Invalid incremental strategy for file_format 'delta': row_level_merge is for plain "
         "Parquet/ORC tables. A delta table has MERGE INTO built in: use incremental_strategy='merge' "
         "(dbt-spark's own merge) for it.",
-    ),
-    "csv_format": (
-        "unique_key='id', file_format='csv'",
-        "Invalid file_format 'csv' for incremental_strategy='row_level_merge': set file_format to "
-        "'parquet' (the default) or 'orc'.",
     ),
 }
 
@@ -117,7 +69,7 @@ COLUMN_LEVEL = {
         "{prefix}matched_condition (when: matched, action: update) condition "
         f"({S}.nope > 0) cannot be resolved",
     ),
-    # DESIGN §5: not_matched conditions may reference only the source.
+    # A not_matched condition may reference only the source (there is no target row).
     "not_matched_cond_uses_target": (
         "unique_key='id', not_matched_condition=\"DBT_INTERNAL_DEST.name = 'x'\"",
         "{prefix}not_matched_condition (when: not_matched, action: insert) condition "

@@ -1,5 +1,5 @@
 """change_data_feed, table_changes(), --full-refresh history restart, and the
-rowmerge_history / rowmerge_recover run-operations (DESIGN §7-§9).
+rowmerge_history / rowmerge_recover run-operations.
 
 One project runs a timeline and snapshots every state the tests look at, so each test only
 compares snapshots (exact rows, exact log text) and the tests do not depend on their order:

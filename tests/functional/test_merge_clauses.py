@@ -1,4 +1,4 @@
-"""`merge_clauses` (DESIGN §4/§5): conditions, several clauses of a kind (first applicable
+"""`merge_clauses`: conditions, several clauses of a kind (first applicable
 clause wins), explicit SET/VALUES mappings, custom aliases, and the cardinality rule."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every shorthand config key of DESIGN §9, each on its own model.
+"""Every shorthand config key of the README's configuration reference, each on its own model.
 
 All models are built by one ``dbt run`` (step 1: CTAS, the table is created) and merged by a
 second one (step 2: the model's SELECT switches to the incremental batch). Each test then
@@ -154,7 +154,7 @@ MODELS = {
         values("id, name", "(2, 'B')", "(3, 'c')"),
     ),
     # The incremental SELECT reads {{ this }}: the source is materialized once, before the
-    # target's files are rewritten (DESIGN §6), so every row gets exactly one '!'.
+    # target's files are rewritten (copy-on-write), so every row gets exactly one '!'.
     "reads_this.sql": incremental_model(
         "unique_key='id'",
         values("id, name", "(1, 'a')", "(2, 'b')", "(3, 'c')"),

@@ -1,4 +1,4 @@
-"""The engine must stay importable without dbt (DESIGN §3, STYLE 'what we keep' 2)."""
+"""The engine must stay importable without dbt: a PySpark job may call run_merge directly."""
 
 from __future__ import annotations
 

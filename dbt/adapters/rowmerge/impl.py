@@ -7,20 +7,23 @@ and turns engine results and errors into what dbt expects.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dbt.adapters.base import available
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.impl import SparkAdapter
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
+from pyspark.sql import SparkSession
 
-from dbt.adapters.rowmerge import merge
+from dbt.adapters.rowmerge import merge, model_config
 from dbt.adapters.rowmerge.connections import RowMergeConnectionManager
 from dbt.adapters.rowmerge.session import session_for
 
 logger = AdapterLogger("RowMerge")
+T = TypeVar("T")
 
 
 class _ToDbtLog(logging.Handler):
@@ -46,38 +49,59 @@ class RowMergeAdapterResponse(AdapterResponse):
     spec: dict[str, Any] = field(default_factory=dict)  # the compiled clause spec, for debugging
 
 
-def config_error_message(relation: str, problems: list[str]) -> str:
-    """One format for every config error, from Jinja or from the engine."""
-    if len(problems) == 1:
-        return f"Invalid row_level_merge config for {relation}: {problems[0]}"
-    listed = "\n  - ".join(problems)
-    return f"Invalid row_level_merge config for {relation} ({len(problems)} problems):\n  - {listed}"
-
-
 class RowMergeAdapter(SparkAdapter):
     ConnectionManager = RowMergeConnectionManager  # type: ignore[assignment]
 
     def valid_incremental_strategies(self) -> list[str]:
         return ["append", "insert_overwrite", "microbatch", "merge", "row_level_merge"]
 
-    @available
-    def rowmerge_spec_problems(self, spec: dict[str, Any]) -> list[str]:
-        """Static problems of a compiled spec (same messages the engine raises)."""
-        return merge.static_problems(spec)
-
-    @available
-    def rowmerge_config_error(self, relation: str, problems: list[str]) -> str:
-        return config_error_message(str(relation), list(problems))
-
-    @available
-    def rowmerge_run_merge(self, spec: dict[str, Any]) -> RowMergeAdapterResponse:
+    def _engine(self, call: Callable[[SparkSession], T], relation: str) -> T:
+        """Run ``call`` on dbt's Spark session; engine errors become dbt errors."""
         spark = session_for(self.config.credentials)  # type: ignore[arg-type]
         try:
-            result = merge.run_merge(spark, spec)
+            return call(spark)
         except merge.MergeSpecError as exc:
-            raise CompilationError(config_error_message(spec["target"], exc.problems)) from None
+            raise CompilationError(model_config.error_message(relation, exc.problems)) from None
         except (merge.MergeError, merge.MergeCommittedError) as exc:
             raise DbtRuntimeError(str(exc)) from None
+
+    # -- compiling a model's config (the macros compile, these judge) ------------------------
+    @available
+    def rowmerge_defaults(self) -> dict[str, Any]:
+        """Defaults the compiling macros need (aliases, change-table suffix, spec version)."""
+        return dict(model_config.DEFAULTS)
+
+    @available
+    def rowmerge_config_error(
+        self, spec: Any, config: Any, relation: str, columns: list[str] | None = None
+    ) -> str | None:
+        """The error a model with ``config`` (compiled to ``spec``) would fail with, or None."""
+        found = model_config.problems(spec, config or {}, str(relation), columns)
+        return model_config.error_message(str(relation), found) if found else None
+
+    @available
+    def rowmerge_validate(
+        self, spec: Any, config: Any, relation: str, columns: list[str] | None = None
+    ) -> merge.MergeSpec:
+        """The spec, validated once with the config it came from; raises one error naming
+        the relation and every offending key."""
+        error = self.rowmerge_config_error(spec, config, relation, columns)
+        if error:
+            raise CompilationError(error)
+        return merge.parse_spec(spec)
+
+    @available
+    def rowmerge_check_versions(self, relation: Any, start: Any, end: Any = None) -> str:
+        """``table_changes`` bounds, checked when the model that reads them compiles."""
+        problem = model_config.version_range_problem(start, end)
+        if problem:
+            raise CompilationError(f"table_changes({relation}): {problem}")
+        return ""
+
+    # -- running the engine -----------------------------------------------------------------
+    @available
+    def rowmerge_run_merge(self, spec: merge.MergeSpec) -> RowMergeAdapterResponse:
+        result = self._engine(lambda spark: merge.run_merge(spark, spec), spec.target)
         m = result.metrics
         return RowMergeAdapterResponse(
             _message=result.summary(),
@@ -85,16 +109,12 @@ class RowMergeAdapter(SparkAdapter):
             rows_affected=m["numTargetRowsInserted"] + m["numTargetRowsUpdated"] + m["numTargetRowsDeleted"],
             version=result.version,
             metrics=m,
-            spec=dict(spec),
+            spec=dict(spec.raw),
         )
 
     @available
     def rowmerge_recover(self, relation: str) -> dict[str, Any]:
-        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
-        try:
-            done = merge.recover(spark, str(relation))
-        except merge.MergeError as exc:
-            raise DbtRuntimeError(str(exc)) from None
+        done = self._engine(lambda spark: merge.recover(spark, str(relation)), str(relation))
         return {
             "rolled_forward": done.rolled_forward,
             "rolled_back": done.rolled_back,
@@ -103,19 +123,14 @@ class RowMergeAdapter(SparkAdapter):
 
     @available
     def rowmerge_history(self, relation: str, limit: int | None = None) -> list[dict[str, Any]]:
-        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
-        try:
-            return merge.history(spark, str(relation), limit)
-        except merge.MergeError as exc:
-            raise DbtRuntimeError(str(exc)) from None
+        return self._engine(lambda spark: merge.history(spark, str(relation), limit), str(relation))
 
     @available
     def rowmerge_version_count(self, relation: str) -> int:
         """How many versions the table's journal holds (0 if none, or not a mergeable table)."""
-        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
         try:
-            return len(merge.history(spark, str(relation)))
-        except merge.MergeError:
+            return len(self.rowmerge_history(relation))
+        except DbtRuntimeError:
             return 0
 
     @available
@@ -123,8 +138,7 @@ class RowMergeAdapter(SparkAdapter):
         self, relation: str, operation: str, changes_table: str | None = None
     ) -> dict[str, Any]:
         """Version 0 of a table dbt just created or rebuilt (and an empty change feed)."""
-        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
-        try:
-            return merge.start_history(spark, str(relation), operation, changes_table or None)
-        except merge.MergeError as exc:
-            raise DbtRuntimeError(str(exc)) from None
+        return self._engine(
+            lambda spark: merge.start_history(spark, str(relation), operation, changes_table or None),
+            str(relation),
+        )

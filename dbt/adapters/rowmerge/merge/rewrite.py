@@ -1,4 +1,4 @@
-"""Phase 4: write the new files — rewritten touched files (copy-on-write) plus inserts.
+"""Phase 7: write the new files — rewritten touched files (copy-on-write) plus inserts.
 
 Only touched files are read here (a ``_metadata.file_path`` filter prunes the listing).
 Their rows are joined with the (broadcast) source, target preserved, and each is kept,

@@ -1,4 +1,4 @@
-"""Phase 3: find the touched files and check cardinality, in one job.
+"""Phase 6: find the touched files and check cardinality, in one job.
 
 The target is read with only the columns the clauses need plus ``_metadata.file_path`` and
 a row position, after pruning by the source's key range (IN-list on partition keys,

@@ -1,4 +1,4 @@
-"""Phase 2: materialize the source exactly once, before the target is read.
+"""Phase 5: materialize the source exactly once, before the target is read.
 
 A model's SQL often reads ``{{ this }}``; evaluating it again after files were rewritten
 would see a different table. ``localCheckpoint`` runs the source plan once and cuts its

@@ -1,4 +1,4 @@
-"""Phase 0: parse and statically validate the clause spec (DESIGN §4).
+"""Phase 1: parse and statically validate the clause spec (its shape: README, `merge_clauses`).
 
 The spec is plain data (what the dbt macros emit, or what a Python caller writes). This
 module is the one boundary where it is checked: it collects *every* problem and raises

@@ -1,0 +1,225 @@
+"""Every rule about a row_level_merge model config, in one place (plain Python, no dbt).
+
+The macros under ``macros/row_level_merge/`` only *compile*: they turn the model config into
+the clause spec without judging it. This module judges: :func:`config_problems` checks the
+config keys (their types, which may be combined, whether named columns exist), and
+:func:`problems` adds the engine's own static checks of the compiled spec, so a dbt user and
+a Python caller of the engine read the same messages. The adapter calls it once per compiled
+spec and raises one error naming the relation (:func:`error_message`).
+
+Adding a shorthand key: a row in :data:`KEYS`, a macro in ``clause_spec.sql`` that compiles
+it, and their tests. Defaults the macros need (aliases, the change table's suffix) come from
+:data:`DEFAULTS` through ``adapter.rowmerge_defaults()``, so they are written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dbt.adapters.rowmerge.merge.spec import (
+    DEFAULT_SKIP_UNCHANGED_UPDATES,
+    DEFAULT_SOURCE_ALIAS,
+    DEFAULT_TARGET_ALIAS,
+    SPEC_VERSION,
+    static_problems,
+)
+
+STRATEGY = "row_level_merge"
+FILE_FORMATS = ("parquet", "orc")
+TABLE_FORMATS_WITH_MERGE = ("delta", "iceberg", "hudi")
+
+DEFAULTS: dict[str, Any] = {
+    "spec_version": SPEC_VERSION,
+    "skip_unchanged_updates": DEFAULT_SKIP_UNCHANGED_UPDATES,
+    "target_alias": DEFAULT_TARGET_ALIAS,
+    "source_alias": DEFAULT_SOURCE_ALIAS,
+    # change_data_feed: true -> this suffix on the model's name, in the model's schema
+    "changes_suffix": "__changes",
+}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One config key: the shape its value must have, and whether it is a clause shorthand
+    (which cannot be mixed with ``merge_clauses``)."""
+
+    kind: str  # list, strings (list of non-empty strings), bool, choice, key, feed, any
+    shorthand: bool = False
+    choices: tuple[str, ...] = ()
+
+
+KEYS: dict[str, Key] = {
+    "unique_key": Key("key"),
+    "incremental_predicates": Key("strings"),
+    "predicates": Key("strings"),  # dbt's older name of incremental_predicates
+    "merge_clauses": Key("list"),
+    "delete_condition": Key("any", shorthand=True),
+    "matched_condition": Key("any", shorthand=True),
+    "merge_update_columns": Key("strings", shorthand=True),
+    "merge_exclude_columns": Key("strings", shorthand=True),
+    "skip_matched_step": Key("bool", shorthand=True),
+    "not_matched_condition": Key("any", shorthand=True),
+    "skip_not_matched_step": Key("bool", shorthand=True),
+    "not_matched_by_source_action": Key("choice", shorthand=True, choices=("delete", "update")),
+    "not_matched_by_source_condition": Key("any", shorthand=True),
+    "not_matched_by_source_set": Key("any", shorthand=True),
+    "change_data_feed": Key("feed"),
+}
+SHORTHAND = tuple(k for k, rule in KEYS.items() if rule.shorthand)
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def _shape_problem(key: str, rule: Key, value: Any) -> str | None:
+    """What is wrong with the value's shape, or None (the value is not None here)."""
+    if rule.kind == "list" and not _is_list(value):
+        return f"`{key}` must be a list, got {value!r}"
+    if rule.kind == "strings" and not (_is_list(value) and all(_is_name(v) for v in value)):
+        return f"`{key}` must be a list of strings, got {value!r}"
+    if rule.kind == "bool" and not isinstance(value, bool):
+        return f"`{key}` must be true or false, got {value!r}"
+    if rule.kind == "choice" and value not in rule.choices:
+        allowed = " or ".join(f"'{c}'" for c in rule.choices)
+        return f"`{key}` must be {allowed}, got {value!r}"
+    names = _is_list(value) and all(map(_is_name, value))
+    if rule.kind == "key" and value and not (_is_name(value) or names):
+        return f"`{key}` must be a column name or a list of column names, got {value!r}"
+    if rule.kind == "feed" and not (isinstance(value, bool) or _is_name(value)):
+        return f"`{key}` must be true, false or the name of the change table, got {value!r}"
+    return None
+
+
+def _set(config: Mapping[str, Any], key: str) -> bool:
+    """A key counts as set when it has a value (dbt passes unset keys as None)."""
+    return config.get(key) is not None
+
+
+def config_problems(
+    config: Mapping[str, Any], relation: str, columns: Sequence[str] | None = None
+) -> list[str]:
+    """Problems of the model config itself. ``columns``: the target's columns once it exists
+    (None on the first run: column names are then checked at the first merge)."""
+    problems: list[str] = []
+    file_format = config.get("file_format") or "parquet"
+    if file_format in TABLE_FORMATS_WITH_MERGE:
+        problems.append(
+            f"Invalid incremental strategy for file_format '{file_format}': {STRATEGY} is for plain "
+            f"Parquet/ORC tables. A {file_format} table has MERGE INTO built in: use "
+            "incremental_strategy='merge' (dbt-spark's own merge) for it."
+        )
+    elif file_format not in FILE_FORMATS:
+        problems.append(
+            f"Invalid file_format '{file_format}' for incremental_strategy='{STRATEGY}': set "
+            "file_format to 'parquet' (the default) or 'orc'."
+        )
+
+    for key, rule in KEYS.items():
+        if _set(config, key):
+            shape = _shape_problem(key, rule, config[key])
+            if shape:
+                problems.append(shape)
+
+    if _set(config, "merge_clauses"):
+        mixed = [k for k in SHORTHAND if _set(config, k)]
+        if mixed:
+            problems.append(
+                f"`merge_clauses` cannot be combined with the shorthand key(s) {', '.join(mixed)}; "
+                "write those clauses into merge_clauses instead"
+            )
+    if not config.get("unique_key"):
+        problems.append(
+            f"`unique_key` is required for incremental_strategy='{STRATEGY}' (it builds the merge "
+            "`on` condition; with merge_clauses too)"
+        )
+    if config.get("predicates") and config.get("incremental_predicates"):
+        if list(config["predicates"]) != list(config["incremental_predicates"]):
+            problems.append(
+                "`predicates` and `incremental_predicates` are both set, to different lists; they are "
+                "one setting (`predicates` is its older name): keep incremental_predicates"
+            )
+    if config.get("merge_update_columns") and config.get("merge_exclude_columns"):
+        problems.append("`merge_update_columns` and `merge_exclude_columns` cannot both be set; use one")
+
+    action = config.get("not_matched_by_source_action")
+    if action == "update" and not config.get("not_matched_by_source_set"):
+        problems.append(
+            "`not_matched_by_source_action`='update' needs `not_matched_by_source_set` (a mapping of "
+            "target column to SQL expression)"
+        )
+    if action is None:
+        for key in ("not_matched_by_source_condition", "not_matched_by_source_set"):
+            if _set(config, key):
+                problems.append(
+                    f"`{key}` has no effect without `not_matched_by_source_action` ('delete' or 'update')"
+                )
+    if (
+        config.get("skip_matched_step") is True
+        and config.get("skip_not_matched_step") is True
+        and action is None
+        and not config.get("delete_condition")
+    ):
+        problems.append("`skip_matched_step` and `skip_not_matched_step` together leave no clause to run")
+
+    if columns is not None and not problems:
+        problems += _column_problems(config, relation, columns)
+    return problems
+
+
+def _column_problems(config: Mapping[str, Any], relation: str, columns: Sequence[str]) -> list[str]:
+    """Update/exclude column lists against the target's columns (case-insensitive, as Spark)."""
+    if config.get("skip_matched_step"):
+        return []
+    problems = []
+    known = {c.lower() for c in columns}
+    for key in ("merge_update_columns", "merge_exclude_columns"):
+        for name in config.get(key) or ():
+            if str(name).lower() not in known:
+                problems.append(
+                    f"`{key}` names column '{name}', which {relation} does not have "
+                    f"(columns: {', '.join(columns)})"
+                )
+    excluded = {str(c).lower() for c in config.get("merge_exclude_columns") or ()}
+    if excluded and not problems and known <= excluded:
+        problems.append("`merge_exclude_columns` excludes every column; use skip_matched_step instead")
+    return problems
+
+
+def problems(
+    spec: Mapping[str, Any], config: Mapping[str, Any], relation: str, columns: Sequence[str] | None = None
+) -> list[str]:
+    """Everything wrong with a model's config and the spec compiled from it (empty = valid).
+
+    The spec is judged only once its config is valid: a spec compiled from a broken config
+    would repeat the same problem in the engine's words.
+    """
+    found = config_problems(config, relation, columns)
+    return found or static_problems(spec)
+
+
+def error_message(relation: str, found: Sequence[str]) -> str:
+    """One format for every config error a dbt user sees."""
+    if len(found) == 1:
+        return f"Invalid {STRATEGY} config for {relation}: {found[0]}"
+    listed = "\n  - ".join(found)
+    return f"Invalid {STRATEGY} config for {relation} ({len(found)} problems):\n  - {listed}"
+
+
+def version_range_problem(start: Any, end: Any) -> str | None:
+    """What is wrong with ``table_changes(relation, start_version, end_version)``'s bounds."""
+    if start is None:
+        return "start_version is required"
+    for name, value in (("start_version", start), ("end_version", end)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            return (
+                f"{name} must be a version number >= 0 (see `dbt run-operation rowmerge_history`), "
+                f"got {value!r}"
+            )
+    return None

@@ -1,0 +1,99 @@
+"""model_config: the one place config rules live (the exact messages are in
+tests/functional/test_compile.py, through the real macros)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from dbt.adapters.rowmerge import model_config as mc
+
+MACROS = pathlib.Path(__file__).resolve().parents[2] / "macros" / "row_level_merge" / "clause_spec.sql"
+REL = "analytics.orders"
+
+
+def test_every_key_of_the_rule_table_is_compiled_by_a_macro() -> None:
+    """A key with a rule but no macro reading it would be validated and then ignored."""
+    text = MACROS.read_text()
+    unread = [k for k in mc.KEYS if f"'{k}'" not in text]
+    assert unread == []
+
+
+def test_shorthand_keys_are_exactly_the_clause_keys() -> None:
+    assert set(mc.SHORTHAND) == {
+        "delete_condition",
+        "matched_condition",
+        "merge_update_columns",
+        "merge_exclude_columns",
+        "skip_matched_step",
+        "not_matched_condition",
+        "skip_not_matched_step",
+        "not_matched_by_source_action",
+        "not_matched_by_source_condition",
+        "not_matched_by_source_set",
+    }
+
+
+def test_column_names_are_checked_only_once_the_table_exists() -> None:
+    cfg = {"unique_key": "id", "merge_update_columns": ["nope"]}
+    assert mc.config_problems(cfg, REL, None) == []
+    assert mc.config_problems(cfg, REL, ["id", "name"]) == [
+        f"`merge_update_columns` names column 'nope', which {REL} does not have (columns: id, name)"
+    ]
+
+
+def test_column_lists_are_not_checked_when_the_update_is_skipped() -> None:
+    cfg = {"unique_key": "id", "merge_exclude_columns": ["nope"], "skip_matched_step": True}
+    assert mc.config_problems(cfg, REL, ["id"]) == []
+
+
+def test_the_spec_is_judged_only_when_the_config_is_valid() -> None:
+    bad_spec = {"target": REL, "source": "s", "on": "x", "clauses": "nope"}
+    assert mc.problems(bad_spec, {}, REL) == [
+        "`unique_key` is required for incremental_strategy='row_level_merge' (it builds the merge `on` "
+        "condition; with merge_clauses too)"
+    ]
+    assert mc.problems(bad_spec, {"unique_key": "id"}, REL) == [
+        "`clauses` must be a non-empty list of WHEN clauses"
+    ]
+
+
+def test_unset_keys_arrive_as_none_and_count_as_unset() -> None:
+    cfg = {"unique_key": "id", "merge_clauses": None, "matched_condition": "true", "skip_matched_step": None}
+    assert mc.config_problems(cfg, REL) == []
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "problem"),
+    [
+        (0, None, None),
+        (3, 5, None),
+        (None, None, "start_version is required"),
+        (
+            -1,
+            None,
+            "start_version must be a version number >= 0 (see `dbt run-operation rowmerge_history`), got -1",
+        ),
+        (
+            1,
+            True,
+            "end_version must be a version number >= 0 (see `dbt run-operation rowmerge_history`), got True",
+        ),
+        (
+            "2",
+            None,
+            "start_version must be a version number >= 0 (see `dbt run-operation rowmerge_history`), got '2'",
+        ),
+    ],
+)
+def test_table_changes_bounds(start: object, end: object, problem: str | None) -> None:
+    assert mc.version_range_problem(start, end) == problem
+
+
+def test_error_message_formats() -> None:
+    assert mc.error_message(REL, ["a"]) == f"Invalid row_level_merge config for {REL}: a"
+    assert (
+        mc.error_message(REL, ["a", "b"])
+        == f"Invalid row_level_merge config for {REL} (2 problems):\n  - a\n  - b"
+    )
