@@ -476,6 +476,44 @@ def test_journal_damaged_entry_of_a_partly_applied_commit_is_never_discarded(
     assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c"), (9, "z")]
 
 
+def test_journal_entry_of_a_newer_format_asks_for_an_upgrade(spark, db, monkeypatch, t):
+    committed = _crash_committed(spark, db, monkeypatch, t, "entry", [(1, "A"), (9, "z")])
+    path = log_dir(spark, t) / f"{1:020d}.json"
+    # The entry reads back exactly as it was written (one parser, one serializer).
+    assert json.loads(journal_module.Entry.parse(path.read_text(), 1).to_json()) == committed
+    newer = json.dumps({**committed, "format": 2, "added": "laid out some other way"})
+    path.write_text(newer)
+    before = file_snapshot(spark, t), rows(spark, t)
+    with pytest.raises(JournalError) as info:
+        recover(spark, t)
+    assert str(info.value) == (
+        f"The journal of {t} cannot be read by this release: version 1's entry file:{path} was "
+        "written by a newer rowmerge (entry format 2; this release reads format 1). Upgrade "
+        "dbt-rowmerge to the release that wrote it (every writer of a table must run the same "
+        "release, or a newer one). Nothing was changed."
+    )
+    assert path.read_text() == newer  # kept
+    assert (file_snapshot(spark, t), rows(spark, t)) == before
+    newest = history(spark, t)[0]
+    assert (newest["version"], newest["operation"]) == (1, "UNREADABLE")
+    assert "written by a newer rowmerge" in newest["metrics"]["error"]
+
+
+@pytest.mark.parametrize(
+    "fmt, error, reason",
+    [
+        (2, journal_module.EntryTooNew, "was written by a newer rowmerge (entry format 2"),
+        (0, journal_module.EntryInvalid, "has format 0; this release reads format 1"),
+        ("1", journal_module.EntryInvalid, "has `format` = '1', not a whole number"),
+    ],
+)
+def test_journal_entry_format_is_checked_first(fmt, error, reason):
+    with pytest.raises(journal_module.EntryInvalid) as info:
+        journal_module.Entry.parse(json.dumps({"format": fmt, "version": 5}), 1)
+    assert type(info.value) is error
+    assert str(info.value).startswith(reason)
+
+
 def _tampered(spark, db, monkeypatch, t, edit) -> tuple[dict[str, Any], Path]:
     committed = _crash_committed(spark, db, monkeypatch, t, "entry", [(1, "A"), (9, "z")])
     path = log_dir(spark, t) / f"{1:020d}.json"

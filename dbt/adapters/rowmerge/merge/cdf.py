@@ -33,11 +33,10 @@ from .scan import ScanResult
 from .source import MaterializedSource
 from .sqltext import epoch_micros
 from .storage import Storage
-from .table import describe_table, sql_name
+from .table import COMMIT_VERSION, create_changes_table, describe_table, sql_name
 
 CHANGE_TYPE = "_change_type"
 COMMIT_TIMESTAMP = "_commit_timestamp"
-COMMIT_VERSION = "_commit_version"
 FEED_COLUMNS = (CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION)
 INSERT, PREIMAGE, POSTIMAGE, DELETE = "insert", "update_preimage", "update_postimage", "delete"
 
@@ -52,27 +51,6 @@ def feed_schema(fields: list[StructField]) -> StructType:
             StructField(COMMIT_VERSION, LongType(), True),
         ]
     )
-
-
-def create_changes_table(spark: SparkSession, name: str, schema: StructType) -> None:
-    (
-        spark.createDataFrame([], schema)
-        .write.format("parquet")
-        .partitionBy(COMMIT_VERSION)
-        .mode("ignore")
-        .saveAsTable(sql_name(name))
-    )
-
-
-def drop_changes_table(spark: SparkSession, name: str) -> int:
-    """Drop the feed table (a full refresh starts a new history); return the rows it held."""
-    ident = sql_name(name)
-    if not spark.catalog.tableExists(ident):
-        return 0
-    spark.catalog.refreshTable(ident)
-    rows = spark.table(ident).count()
-    spark.sql(f"DROP TABLE {ident}")
-    return rows
 
 
 @dataclass(frozen=True)

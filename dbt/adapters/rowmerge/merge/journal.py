@@ -1,4 +1,4 @@
-"""Phase 7: commit through a journal under the table location, and recover from crashes.
+"""Phase 9: commit through a journal under the table location, and recover from crashes.
 
 Layout (``_``-prefixed, so Spark, Hive, Trino and DuckDB never read it as data)::
 
@@ -18,6 +18,12 @@ into place if still staged, add new partitions if absent, then delete each repla
 still there, then mark the entry applied. ``recover`` replays an unapplied entry any number
 of times; staging without an entry is rolled back.
 
+The journal owns its entries end to end: it hands a merge its staging folders
+(:meth:`Journal.stage`), builds the entry from what the data phases staged there
+(:meth:`Journal.merge_entry`, :meth:`Journal.initial_entry`), and serializes, parses and
+validates it. It takes plain values from those phases and imports none of them, so the
+layout, the entry format and the checks recovery relies on live in this one module.
+
 Entries are published whole (``Storage.create_if_absent``), so an entry that cannot be read
 or does not describe a valid commit of this table was damaged after it was written. Recovery
 never guesses: it stops with a :class:`JournalError` that says what to do, and never
@@ -35,10 +41,10 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
@@ -49,6 +55,7 @@ from .lock import LOCK_DIR
 from .sqltext import check_path_safe, parse_name
 from .storage import FileInfo, Storage, is_hidden
 from .table import (
+    COMMIT_VERSION,
     TargetTable,
     add_columns,
     column_ddl,
@@ -57,6 +64,7 @@ from .table import (
     partition_values,
     register_partitions,
     sql_name,
+    table_files,
 )
 
 logger = logging.getLogger("rowmerge")
@@ -94,22 +102,72 @@ def fault_point(step: str) -> None:
         time.sleep(float(delay))
 
 
-def spec_digest(raw: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def utc_now() -> datetime:
     """Now, at millisecond precision (what the journal stores and the change feed repeats)."""
     now = datetime.now(timezone.utc)
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
-def iso(ts: datetime) -> str:
+def _iso(ts: datetime) -> str:
     return ts.isoformat(timespec="milliseconds")
 
 
-def new_txn() -> str:
+def _spec_digest(raw: Mapping[str, Any]) -> str:
+    """A short fingerprint of the merge spec: which spec produced an entry, without storing it."""
+    return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _new_txn() -> str:
+    """A staging folder name: sortable by time, unique without coordination."""
     return f"{int(time.time() * 1000)}-{uuid.uuid4().hex[:12]}"
+
+
+# -- what a merge hands the journal ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Staging:
+    """One merge's staging folder: where its files wait, invisible to readers, until the commit.
+
+    Only the journal knows the layout (recovery validates entries against it), so the data
+    phases are handed these folders rather than building paths of their own.
+    """
+
+    txn: str
+    dir: str  # qualified: <table>/_rowmerge_log/staging/<txn>
+
+    @property
+    def data_dir(self) -> str:
+        """The target's new files, in the table's partition layout."""
+        return f"{self.dir}/{DATA_DIR}"
+
+    @property
+    def cdf_dir(self) -> str:
+        """The change-feed files (one flat folder: the commit moves them into its partition)."""
+        return f"{self.dir}/{CDF_DIR}"
+
+
+class Written(Protocol):
+    """A file a data phase wrote into staging (rewrite's StagedFile is one).
+
+    A protocol, so that the journal stays below the data phases and never imports them.
+    """
+
+    @property
+    def path(self) -> str: ...  # qualified
+    @property
+    def size(self) -> int: ...
+    @property
+    def rows(self) -> int | None: ...
+
+
+class ChangeTable(Protocol):
+    """Where a merge's change rows go (cdf's ChangesTable is one)."""
+
+    @property
+    def name(self) -> str: ...  # as the spec gave it
+    @property
+    def location(self) -> str: ...  # qualified
 
 
 # -- the entry ------------------------------------------------------------------------------
@@ -117,6 +175,13 @@ def new_txn() -> str:
 
 class EntryInvalid(ValueError):
     """An entry's JSON does not describe a commit (the reason is the message)."""
+
+
+class EntryTooNew(EntryInvalid):
+    """An entry in a format newer than this release reads: not damage, an older reader.
+
+    Told apart from damage so the message asks for an upgrade, not a restore from backup.
+    """
 
 
 @dataclass(frozen=True)
@@ -218,12 +283,19 @@ class Entry:
         if not isinstance(raw, dict):
             raise EntryInvalid(f"holds a JSON {type(raw).__name__}, not an object")
         r = _Reader(raw)
+        # The format first: a newer format may lay out every other key differently.
+        entry_format = r.integer("format")
+        if entry_format > ENTRY_FORMAT:
+            raise EntryTooNew(
+                f"was written by a newer rowmerge (entry format {entry_format}; this release reads "
+                f"format {ENTRY_FORMAT})"
+            )
+        if entry_format != ENTRY_FORMAT:
+            raise EntryInvalid(f"has format {entry_format!r}; this release reads format {ENTRY_FORMAT}")
         if r.integer("version") != version:
             raise EntryInvalid(
                 f"says it is version {raw.get('version')!r}, but its file is version {version}"
             )
-        if r.integer("format") != ENTRY_FORMAT:
-            raise EntryInvalid(f"has format {raw.get('format')!r}; this release reads format {ENTRY_FORMAT}")
         operation = r.string("operation")
         if operation not in OPERATIONS:
             raise EntryInvalid(f"has unknown operation {operation!r}")
@@ -365,16 +437,14 @@ class Journal:
     def staging_dir(self, txn: str) -> str:
         return f"{self.log_dir}/{STAGING_DIR}/{txn}"
 
+    def staging(self, txn: str) -> Staging:
+        return Staging(txn, self.staging_dir(txn))
+
     def entry_path(self, version: int) -> str:
         return f"{self.log_dir}/{version:0{VERSION_DIGITS}d}{ENTRY_SUFFIX}"
 
     def applied_path(self, version: int) -> str:
         return f"{self.log_dir}/{version:0{VERSION_DIGITS}d}{APPLIED_SUFFIX}"
-
-    def final_path(self, staging_data: str, staged: str) -> str:
-        """Where a staged data file goes: the same partition sub-path under the table location."""
-        rel = staged.split(staging_data.rstrip("/") + "/", 1)[1]
-        return f"{self.location}/{rel}"
 
     # -- reading ----------------------------------------------------------------------------
     def listing(self) -> tuple[list[int], set[int]]:
@@ -410,6 +480,13 @@ class Journal:
         """The entry of ``version``, or a JournalError that tells the operator what to do."""
         try:
             return self.read_entry(version)
+        except EntryTooNew as exc:
+            raise JournalError(
+                f"The journal of {table} cannot be read by this release: version {version}'s entry "
+                f"{self.entry_path(version)} {exc}. Upgrade dbt-rowmerge to the release that wrote "
+                "it (every writer of a table must run the same release, or a newer one). Nothing "
+                "was changed."
+            ) from None
         except EntryInvalid as exc:
             raise self._damaged(version, table, str(exc)) from None
 
@@ -440,7 +517,7 @@ class Journal:
             return out
         if entry.read_version != entry.version - 1:
             out.append(f"was planned on version {entry.read_version}, not {entry.version - 1}")
-        data_staging = f"{self.staging_dir(entry.txn)}/{DATA_DIR}"
+        data_staging = self.staging(entry.txn).data_dir
         parts = [c.lower() for c in partition_columns]
         for i, f in enumerate(entry.added):
             rel = _inside(f.path, self.location)
@@ -479,7 +556,7 @@ class Journal:
             StructType.fromJson(cdf.columns)
         except Exception as exc:  # malformed schema JSON
             out.append(f"gives the change table columns that are not a schema ({exc})")
-        feed_staging = f"{self.staging_dir(str(entry.txn))}/{CDF_DIR}"
+        feed_staging = self.staging(str(entry.txn)).cdf_dir
         for i, f in enumerate(cdf.files):
             rel = _inside(f.path, cdf.location)
             name = f.path.rsplit("/", 1)[-1]
@@ -515,6 +592,106 @@ class Journal:
                 f"{self.log_dir} edited by hand? Nothing was moved. Restore the files, or rebuild "
                 "the table with `dbt run --full-refresh`."
             )
+
+    # -- building entries -------------------------------------------------------------------
+    def stage(self) -> Staging:
+        """A new, empty staging folder for one merge (created by the first file written)."""
+        return self.staging(_new_txn())
+
+    def discard(self, staging: Staging) -> None:
+        """Roll back a merge that did not reach its commit point: drop everything it staged."""
+        self.storage.delete(staging.dir, recursive=True)
+
+    def initial_entry(
+        self, target: TargetTable, operation: str, snapshot: Mapping[str, FileInfo] | None = None
+    ) -> Entry:
+        """Version 0: the table's files as dbt created them (or as the first merge found it).
+
+        ``snapshot`` is the listing the caller read the table from (default: list it now).
+        """
+        found = self.snapshot() if snapshot is None else snapshot
+        files = tuple(
+            FileEntry(f["path"], f["size"], f["rows"]) for f in table_files(target, self.storage, found)
+        )
+        return Entry(
+            version=0,
+            table=target.name,
+            operation=operation,
+            timestamp=_iso(utc_now()),
+            added=files,
+            removed=(),
+            metrics={
+                "numFiles": len(files),
+                "numOutputRows": sum(f.rows or 0 for f in files),
+                "numOutputBytes": sum(f.size for f in files),
+            },
+        )
+
+    def merge_entry(
+        self,
+        staging: Staging,
+        *,
+        version: int,
+        timestamp: datetime,
+        target: TargetTable,
+        spec: Mapping[str, Any],
+        added: Sequence[Written],
+        removed: Iterable[tuple[str, int, int | None]],
+        new_columns: Sequence[tuple[str, str]],
+        changes: ChangeTable | None,
+        feed_columns: StructType | None,
+        feed: Sequence[Written],
+        metrics: Mapping[str, Any],
+    ) -> Entry:
+        """The entry of a merge planned as ``version``: everything recovery needs to finish it.
+
+        ``added``: the data files staged in ``staging.data_dir``; ``removed``: (qualified path,
+        size, rows) of each file the commit replaces; ``new_columns``: (name, type DDL) that
+        schema evolution adds; ``feed``: the change-feed files staged in ``staging.cdf_dir``
+        for ``changes``, whose columns are ``feed_columns``; ``timestamp``: the commit time
+        (which the change rows repeat).
+        """
+        files = tuple(
+            FileEntry(f"{self.location}/{_below(f.path, staging.data_dir)}", f.size, f.rows, staged=f.path)
+            for f in added
+        )
+        partitions: set[str] = set()
+        if target.partition_columns:
+            partitions = {f.path[len(self.location) + 1 :].rsplit("/", 1)[0] for f in files}
+        cdf = None
+        if changes is not None and feed:
+            assert feed_columns is not None
+            partition = f"{COMMIT_VERSION}={version}"
+            cdf = FeedFiles(
+                table=changes.name,
+                location=changes.location,
+                partition=partition,
+                columns=feed_columns.jsonValue(),
+                files=tuple(
+                    FileEntry(
+                        f"{changes.location}/{partition}/{f.path.rsplit('/', 1)[1]}",
+                        f.size,
+                        f.rows,
+                        staged=f.path,
+                    )
+                    for f in feed
+                ),
+            )
+        return Entry(
+            version=version,
+            table=target.name,
+            operation="MERGE",
+            timestamp=_iso(timestamp),
+            txn=staging.txn,
+            read_version=version - 1,
+            spec_digest=_spec_digest(spec),
+            added=files,
+            removed=tuple(FileEntry(path, size, rows) for path, size, rows in sorted(removed)),
+            partitions=tuple(sorted(partitions)),
+            new_columns=tuple(new_columns),
+            cdf=cdf,
+            metrics=dict(metrics),
+        )
 
     # -- writing ----------------------------------------------------------------------------
     def write_initial(self, entry: Entry) -> None:
@@ -577,7 +754,7 @@ class Journal:
                 version=version,
                 table=table,
                 operation="FENCE",
-                timestamp=iso(utc_now()),
+                timestamp=_iso(utc_now()),
                 added=(),
                 removed=(),
                 metrics={},
@@ -689,6 +866,11 @@ class Journal:
             if limit is not None and len(out) >= limit:
                 break
         return out
+
+
+def _below(path: str, folder: str) -> str:
+    """``path`` relative to ``folder``, which holds it (a staged file's partition sub-path)."""
+    return path.split(folder.rstrip("/") + "/", 1)[1]
 
 
 def _inside(path: str, root: str) -> str | None:

@@ -37,16 +37,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from .cdf import (
-    COMMIT_VERSION,
-    ChangesTable,
-    change_rows,
-    create_changes_table,
-    drop_changes_table,
-    feed_schema,
-    prepare_changes_table,
-    write_change_feed,
-)
+from .cdf import ChangesTable, change_rows, feed_schema, prepare_changes_table, write_change_feed
 from .errors import (
     CastError,
     ConcurrentMergeError,
@@ -56,20 +47,7 @@ from .errors import (
     UnsupportedTableError,
     spark_reason,
 )
-from .journal import (
-    CDF_DIR,
-    DATA_DIR,
-    Entry,
-    FeedFiles,
-    FileEntry,
-    Journal,
-    Recovery,
-    fault_point,
-    iso,
-    new_txn,
-    spec_digest,
-    utc_now,
-)
+from .journal import Entry, Journal, Recovery, fault_point, utc_now
 from .lock import TableLock
 from .metrics import MergeMetrics, MergeResult, timed
 from .plan import CAST_ERROR_MARK, MergePlan, build_plan
@@ -82,10 +60,11 @@ from .table import (
     TargetTable,
     alter_add_columns,
     column_ddl,
+    create_changes_table,
     describe_table,
+    drop_changes_table,
     load_target,
     missing_columns,
-    table_files,
 )
 
 logger = logging.getLogger("rowmerge")
@@ -125,7 +104,7 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
                 target = load_target(spark, parsed.target)  # recovery may have added columns
             versions = journal.versions()
             snapshot = journal.snapshot()
-            initial = None if versions else _initial_entry(spark, target, journal, "CONVERT", snapshot)
+            initial = None if versions else journal.initial_entry(target, "CONVERT", snapshot)
 
             commit_time = utc_now()
             raw_source = read_source(spark, parsed.source)
@@ -162,7 +141,7 @@ def _recover(spark: SparkSession, journal: Journal, lock: TableLock, target: Tar
     """Under the lock: fence out a holder that may still run, then recover."""
     if lock.took_over_live:
         if not journal.versions():  # keep version 0 the table as found, before the fence
-            journal.write_initial(_initial_entry(spark, target, journal, "CONVERT", journal.snapshot()))
+            journal.write_initial(journal.initial_entry(target, "CONVERT"))
         holder = lock.took_over_from()
         version = journal.fence(target.name, f"lock taken over from {holder}")
         logger.warning(
@@ -198,15 +177,15 @@ def _merge(
             scan = find_touched_files(spark, plan, source, pruned)
     removed: list[FileStats] = scan.touched if scan else []
 
-    txn = new_txn()
-    staging = journal.staging_dir(txn)
-    data_dir = f"{staging}/{DATA_DIR}"
+    staging = journal.stage()
     committed = False
     try:
         extra = " and writing inserts" if plan.not_matched else ""
         logger.info("rowmerge: rewriting %d file(s)%s", len(removed), extra)
         with timed(metrics, "rewriteTimeMs"):
-            staged, removed_rows = write_changes(spark, plan, source, pruned, scan, data_dir, journal.storage)
+            staged, removed_rows = write_changes(
+                spark, plan, source, pruned, scan, staging.data_dir, journal.storage
+            )
         _record_counts(metrics, scan, staged, removed)
         if not staged and not removed:
             logger.info("rowmerge: nothing to change in %s", target.name)
@@ -218,17 +197,29 @@ def _merge(
         if commit.changes is not None:
             logger.info("rowmerge: writing change feed rows for %s", commit.changes.name)
             with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
-                rows = change_rows(spark, plan, source, pruned, scan, data_dir)
+                rows = change_rows(spark, plan, source, pruned, scan, staging.data_dir)
                 if rows is not None:
-                    feed = write_change_feed(
-                        spark, plan, rows, f"{staging}/{CDF_DIR}", journal.storage, timestamp
-                    )
+                    feed = write_change_feed(spark, plan, rows, staging.cdf_dir, journal.storage, timestamp)
             fault_point("staged_cdf")
         metrics["numTargetChangeFilesAdded"] = len(feed)
 
         logger.info("rowmerge: committing %d new, %d replaced file(s)", len(staged), len(removed))
         with timed(metrics, "commitTimeMs"):
-            entry = _entry(plan, journal, txn, commit, data_dir, staged, removed, removed_rows, feed, metrics)
+            replaced = {journal.storage.from_spark_path(f.path): f.size for f in removed}
+            entry = journal.merge_entry(
+                staging,
+                version=commit.version,
+                timestamp=commit.time,
+                target=target,
+                spec=plan.spec.raw or {},
+                added=staged,
+                removed=[(path, size, removed_rows[path]) for path, size in replaced.items()],
+                new_columns=column_ddl(plan.new_fields),
+                changes=commit.changes,
+                feed_columns=feed_schema(plan.output_fields),
+                feed=feed,
+                metrics=metrics.as_dict(),
+            )
             # Everything that can fail runs before the entry exists (see the module doc).
             lock.check()
             journal.check(entry, target, look_for_staged=False)  # we just wrote them
@@ -246,7 +237,7 @@ def _merge(
     finally:
         release(scan)
         if not committed:
-            journal.storage.delete(staging, recursive=True)
+            journal.discard(staging)
 
 
 def _record_counts(
@@ -273,65 +264,6 @@ def _record_counts(
     metrics["numTargetFilesRemoved"] = len(removed)
     metrics["numTargetBytesAdded"] = sum(f.size for f in staged)
     metrics["numTargetBytesRemoved"] = sum(f.size for f in removed)
-
-
-def _entry(
-    plan: MergePlan,
-    journal: Journal,
-    txn: str,
-    commit: Commit,
-    data_dir: str,
-    staged: list[StagedFile],
-    removed: list[FileStats],
-    removed_rows: dict[str, int],
-    feed: list[StagedFile],
-    metrics: MergeMetrics,
-) -> Entry:
-    """The journal entry: everything recovery needs to finish the commit on its own."""
-    storage = journal.storage
-    added = tuple(
-        FileEntry(journal.final_path(data_dir, f.path), f.size, f.rows, staged=f.path) for f in staged
-    )
-    partitions: list[str] = []
-    if plan.target.partition_columns:
-        rels = {a.path[len(journal.location) + 1 :] for a in added}
-        partitions = sorted({rel.rsplit("/", 1)[0] for rel in rels})
-    cdf = None
-    if commit.changes is not None and feed:
-        partition = f"{COMMIT_VERSION}={commit.version}"
-        cdf = FeedFiles(
-            table=commit.changes.name,
-            location=commit.changes.location,
-            partition=partition,
-            columns=feed_schema(plan.output_fields).jsonValue(),
-            files=tuple(
-                FileEntry(
-                    f"{commit.changes.location}/{partition}/{f.path.rsplit('/', 1)[1]}",
-                    f.size,
-                    f.rows,
-                    staged=f.path,
-                )
-                for f in feed
-            ),
-        )
-    return Entry(
-        version=commit.version,
-        table=plan.target.name,
-        operation="MERGE",
-        timestamp=iso(commit.time),
-        txn=txn,
-        read_version=commit.version - 1,
-        spec_digest=spec_digest(plan.spec.raw or {}),
-        added=added,
-        removed=tuple(
-            FileEntry(path, size, removed_rows[path])
-            for path, size in sorted((storage.from_spark_path(f.path), f.size) for f in removed)
-        ),
-        partitions=tuple(partitions),
-        new_columns=tuple(column_ddl(plan.new_fields)),
-        cdf=cdf,
-        metrics=metrics.as_dict(),
-    )
 
 
 def _check_columns_unchanged(spark: SparkSession, plan: MergePlan) -> None:
@@ -373,32 +305,6 @@ def _add_columns_or_fail(
             "column(s) or their nested fields in the model SQL (letters, digits and underscores are "
             "accepted everywhere), or turn schema evolution off."
         ) from None
-
-
-def _initial_entry(
-    spark: SparkSession,
-    target: TargetTable,
-    journal: Journal,
-    operation: str,
-    snapshot: Mapping[str, FileInfo],
-) -> Entry:
-    """Version 0: the table's files as dbt created them (or as the first merge found it)."""
-    files = tuple(
-        FileEntry(f["path"], f["size"], f["rows"]) for f in table_files(target, journal.storage, snapshot)
-    )
-    return Entry(
-        version=0,
-        table=target.name,
-        operation=operation,
-        timestamp=iso(utc_now()),
-        added=files,
-        removed=(),
-        metrics={
-            "numFiles": len(files),
-            "numOutputRows": sum(f.rows or 0 for f in files),
-            "numOutputBytes": sum(f.size for f in files),
-        },
-    )
 
 
 # Our cast check as Spark reports it when it fires (the marker alone also appears in plan
@@ -452,7 +358,7 @@ def start_history(
     with _lock(journal, target.name, operation, lock_timeout_s):
         forgotten = journal.reset()
         spark.catalog.refreshTable(target.ident)
-        entry = _initial_entry(spark, target, journal, operation, journal.snapshot())
+        entry = journal.initial_entry(target, operation)
         journal.write_initial(entry)
         changes_removed = 0
         if change_data_feed:

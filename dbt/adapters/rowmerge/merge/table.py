@@ -26,6 +26,9 @@ from .storage import FileInfo, Storage
 SUPPORTED_FORMATS = ("parquet", "orc")
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 LAKEHOUSE_FORMATS = ("delta", "iceberg", "hudi")
+# A change table's partition column: each commit's change rows are one partition of it,
+# written by the journal entry that commits them (so it is named here, below both).
+COMMIT_VERSION = "_commit_version"
 
 
 def sql_name(name: str) -> str:
@@ -193,6 +196,28 @@ def create_table_at(
     )
     if partition_by:
         spark.sql(f"ALTER TABLE {ident} RECOVER PARTITIONS")
+
+
+def create_changes_table(spark: SparkSession, name: str, schema: StructType) -> None:
+    """Create the change table ``name`` (empty, partitioned by commit version) unless it exists."""
+    (
+        spark.createDataFrame([], schema)
+        .write.format("parquet")
+        .partitionBy(COMMIT_VERSION)
+        .mode("ignore")
+        .saveAsTable(sql_name(name))
+    )
+
+
+def drop_changes_table(spark: SparkSession, name: str) -> int:
+    """Drop the change table (a full refresh starts a new history); return the rows it held."""
+    ident = sql_name(name)
+    if not spark.catalog.tableExists(ident):
+        return 0
+    spark.catalog.refreshTable(ident)
+    rows = spark.table(ident).count()
+    spark.sql(f"DROP TABLE {ident}")
+    return rows
 
 
 def partition_values(rel: str) -> list[tuple[str, str]]:
