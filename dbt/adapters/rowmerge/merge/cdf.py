@@ -1,4 +1,4 @@
-"""Phase 6: the change data feed — the rows a merge changed, with Delta Lake's rules.
+"""Phase 8: the change data feed — the rows a merge changed, with Delta Lake's rules.
 
 An update that acts emits ``update_preimage`` (old values) and ``update_postimage`` (new
 values); a delete emits the deleted row once, also when an unconditional delete matched it

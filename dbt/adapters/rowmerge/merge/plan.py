@@ -25,7 +25,6 @@ from pyspark.sql.types import BooleanType, DataType, NullType, StructField
 from pyspark.sql.utils import AnalysisException
 
 from .errors import MergeSpecError, spark_reason
-from .outputs import CAST_ERROR_MARK as CAST_ERROR_MARK  # run.py imports it from here
 from .outputs import PREFIX, char_limit, checked_cast, q
 from .spec import Clause, MergeSpec
 from .sqltext import UnpinnableTime, pin_time, shorten

@@ -50,7 +50,8 @@ from .errors import (
 from .journal import Entry, Journal, Recovery, fault_point, utc_now
 from .lock import TableLock
 from .metrics import MergeMetrics, MergeResult, timed
-from .plan import CAST_ERROR_MARK, MergePlan, build_plan
+from .outputs import CAST_ERROR_MARK
+from .plan import MergePlan, build_plan
 from .rewrite import StagedFile, write_changes
 from .scan import FileStats, ScanResult, find_touched_files, pruned_target, release
 from .source import MaterializedSource, materialize, read_source
