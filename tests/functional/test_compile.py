@@ -35,6 +35,14 @@ COMPILE_CASES = """
 {% endmacro %}
 """
 
+# table_changes' bounds are checked when the model reading them compiles.
+CHANGES_OF = """
+{% macro changes_of(start, end=none) %}
+  {%- set rel = api.Relation.create(schema='analytics', identifier='orders') -%}
+  {{ log('CHANGES ' ~ table_changes(rel, start, end), info=True) }}
+{% endmacro %}
+"""
+
 
 def on(*keys: str) -> str:
     return " AND ".join(f"{T}.`{k}` = {S}.`{k}`" for k in keys)
@@ -476,7 +484,7 @@ MANY = (
 class TestCompile:
     @pytest.fixture(scope="class")
     def macros(self) -> dict[str, str]:
-        return {"compile_cases.sql": COMPILE_CASES}
+        return {"compile_cases.sql": COMPILE_CASES, "changes_of.sql": CHANGES_OF}
 
     @pytest.fixture(scope="class")
     def compiled(self, project: Any) -> dict[str, dict[str, Any]]:
@@ -520,3 +528,14 @@ class TestCompile:
         )
         expected = "Invalid row_level_merge config for mart.orders: `skip_matched_step` must be true or false"
         assert f"{expected}, got 'yes'" in out
+
+    def test_table_changes_checks_its_version_bounds(self, project: Any) -> None:
+        _, out = run_dbt_and_capture(["run-operation", "changes_of", "--args", "{start: 2, end: 5}"])
+        assert "from analytics.orders__changes" in out and "abs(_commit_version) <= 5" in out
+        _, out = run_dbt_and_capture(
+            ["run-operation", "changes_of", "--args", "{start: -1}"], expect_pass=False
+        )
+        assert (
+            "table_changes(analytics.orders): start_version must be a version number >= 0 "
+            "(see `dbt run-operation rowmerge_history`), got -1" in " ".join(out.split())
+        )
