@@ -49,6 +49,12 @@ def on(*keys: str) -> str:
 
 
 UPDATE = {"when": "matched", "action": "update", "set": "*", "origin": "the default matched update"}
+DELETE_OP_D = {
+    "when": "matched",
+    "condition": f"{S}.op = 'D'",
+    "action": "delete",
+    "origin": "delete_condition",
+}
 INSERT = {
     "when": "not_matched",
     "action": "insert",
@@ -95,12 +101,7 @@ COMPILES: dict[str, tuple[dict[str, Any], list[str] | None, dict[str, Any]]] = {
         None,
         {
             "clauses": [
-                {
-                    "when": "matched",
-                    "condition": f"{S}.op = 'D'",
-                    "action": "delete",
-                    "origin": "delete_condition",
-                },
+                DELETE_OP_D,
                 UPDATE,
                 {**INSERT, "condition": f"NOT ({S}.op = 'D')"},
             ]
@@ -111,12 +112,7 @@ COMPILES: dict[str, tuple[dict[str, Any], list[str] | None, dict[str, Any]]] = {
         None,
         {
             "clauses": [
-                {
-                    "when": "matched",
-                    "condition": f"{S}.op = 'D'",
-                    "action": "delete",
-                    "origin": "delete_condition",
-                },
+                DELETE_OP_D,
                 UPDATE,
                 {
                     **INSERT,

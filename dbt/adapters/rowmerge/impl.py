@@ -7,7 +7,8 @@ and turns engine results and errors into what dbt expects.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -55,15 +56,22 @@ class RowMergeAdapter(SparkAdapter):
     def valid_incremental_strategies(self) -> list[str]:
         return ["append", "insert_overwrite", "microbatch", "merge", "row_level_merge"]
 
-    def _engine(self, call: Callable[[SparkSession], T], relation: str) -> T:
-        """Run ``call`` on dbt's Spark session; engine errors become dbt errors."""
-        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
+    @staticmethod
+    @contextmanager
+    def _dbt_errors(relation: str) -> Iterator[None]:
+        """Engine errors as dbt errors: a config error names the relation, in one format."""
         try:
-            return call(spark)
+            yield
         except merge.MergeSpecError as exc:
             raise CompilationError(model_config.error_message(relation, exc.problems)) from None
         except (merge.MergeError, merge.MergeCommittedError) as exc:
             raise DbtRuntimeError(str(exc)) from None
+
+    def _engine(self, call: Callable[[SparkSession], T], relation: str) -> T:
+        """Run ``call`` on dbt's Spark session; engine errors become dbt errors."""
+        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
+        with self._dbt_errors(relation):
+            return call(spark)
 
     # -- compiling a model's config (the macros compile, these judge) ------------------------
     @available
@@ -85,10 +93,8 @@ class RowMergeAdapter(SparkAdapter):
     ) -> merge.MergeSpec:
         """The spec, validated once with the config it came from; raises one error naming
         the relation and every offending key."""
-        error = self.rowmerge_config_error(spec, config, relation, columns)
-        if error:
-            raise CompilationError(error)
-        return merge.parse_spec(spec)
+        with self._dbt_errors(str(relation)):
+            return model_config.check(spec, config or {}, str(relation), columns)
 
     @available
     def rowmerge_check_versions(self, relation: Any, start: Any, end: Any = None) -> str:
@@ -128,9 +134,10 @@ class RowMergeAdapter(SparkAdapter):
     @available
     def rowmerge_version_count(self, relation: str) -> int:
         """How many versions the table's journal holds (0 if none, or not a mergeable table)."""
+        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
         try:
-            return len(self.rowmerge_history(relation))
-        except DbtRuntimeError:
+            return len(merge.history(spark, str(relation)))
+        except merge.MergeError:
             return 0
 
     @available

@@ -18,12 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dbt.adapters.rowmerge.merge.errors import MergeSpecError
 from dbt.adapters.rowmerge.merge.spec import (
     DEFAULT_SKIP_UNCHANGED_UPDATES,
     DEFAULT_SOURCE_ALIAS,
     DEFAULT_TARGET_ALIAS,
     SPEC_VERSION,
-    static_problems,
+    MergeSpec,
+    parse_spec,
 )
 
 STRATEGY = "row_level_merge"
@@ -192,16 +194,27 @@ def _column_problems(config: Mapping[str, Any], relation: str, columns: Sequence
     return problems
 
 
+def check(
+    spec: Mapping[str, Any], config: Mapping[str, Any], relation: str, columns: Sequence[str] | None = None
+) -> MergeSpec:
+    """The parsed spec of a model, or MergeSpecError listing everything wrong with its config
+    or, once the config is valid, with the spec compiled from it (a spec compiled from a
+    broken config would repeat the same problem in the engine's words)."""
+    found = config_problems(config, relation, columns)
+    if found:
+        raise MergeSpecError(found)
+    return parse_spec(spec)
+
+
 def problems(
     spec: Mapping[str, Any], config: Mapping[str, Any], relation: str, columns: Sequence[str] | None = None
 ) -> list[str]:
-    """Everything wrong with a model's config and the spec compiled from it (empty = valid).
-
-    The spec is judged only once its config is valid: a spec compiled from a broken config
-    would repeat the same problem in the engine's words.
-    """
-    found = config_problems(config, relation, columns)
-    return found or static_problems(spec)
+    """What :func:`check` would report (empty = valid)."""
+    try:
+        check(spec, config, relation, columns)
+    except MergeSpecError as exc:
+        return exc.problems
+    return []
 
 
 def error_message(relation: str, found: Sequence[str]) -> str:

@@ -794,7 +794,7 @@ class Journal:
         self.storage.create_if_absent(self.applied_path(entry.version), "")
         fault_point("applied")
         if entry.txn:
-            self.storage.delete(self.staging_dir(entry.txn), recursive=True)
+            self.discard(self.staging(entry.txn))
         spark.catalog.refreshTable(target.ident)
         if feed_ident:
             spark.catalog.refreshTable(feed_ident)
@@ -849,7 +849,7 @@ class Journal:
         # newest entry's can be a leftover of a commit (a crash after its applied marker).
         newest = self.entry(versions[-1], target.name).txn if versions else None
         for txn in self.storage.list_names(f"{self.log_dir}/{STAGING_DIR}"):
-            self.storage.delete(self.staging_dir(txn), recursive=True)
+            self.discard(self.staging(txn))
             if txn != newest:
                 done.rolled_back.append(txn)
         return done
