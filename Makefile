@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-unit test-engine test-functional test-integration lint bench clean
+.PHONY: demo test test-unit test-engine test-functional test-integration lint bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check dbt tests scripts benchmarks
 	$(BIN)/mypy dbt/adapters/rowmerge
+
+# Differential fuzzing against the DuckDB oracle (tests/differential): N random merges from SEED;
+# prints a shrunk reproduction for every mismatch. `make test` runs a fixed seed of 300.
+N ?= 1000
+SEED ?= 1
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.differential.fuzz --n $(N) --seed $(SEED)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -111,7 +111,7 @@ class Case:
         }
 
     def to_python(self) -> str:
-        """Python source that rebuilds this case (needs ``import datetime`` and ``from decimal import Decimal``)."""
+        """Python source rebuilding this case (with ``import datetime``, ``from decimal import Decimal``)."""
         return repr(self)
 
 
@@ -149,4 +149,3 @@ def project(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[t
         lower = {k.lower(): v for k, v in rec.items()}
         out.append(tuple(lower.get(c) for c in columns))
     return out
-

@@ -134,7 +134,8 @@ def _fetch(con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[tuple[Any
 
 def merge_sql(case: Case, on: Sql, clauses: list[Clause], types: dict[str, str]) -> str:
     whens = "\n  ".join(_when(c, case, types) for c in clauses)
-    return f"MERGE INTO tgt AS t USING src AS s ON ({on.duck})\n  {whens}\n  RETURNING merge_action, {_q(RID)}"
+    head = f"MERGE INTO tgt AS t USING src AS s ON ({on.duck})"
+    return f"{head}\n  {whens}\n  RETURNING merge_action, {_q(RID)}"
 
 
 def apply(case: Case, con: duckdb.DuckDBPyConnection | None = None) -> Outcome:
