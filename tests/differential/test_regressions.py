@@ -1,0 +1,112 @@
+"""Named differential cases: every mismatch the fuzzer found, plus one case per oracle translation.
+
+Each case runs through the engine and the DuckDB oracle exactly like a generated one (see
+test_differential.py); a failure prints the full reproduction. Cases found by ``make fuzz``
+are pasted from its output (``Case(...)``) and keep the seed and index in their docstring.
+"""
+
+from __future__ import annotations
+
+import datetime  # noqa: F401  (pasted Case reprs use datetime.date / datetime.datetime)
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal  # noqa: F401  (pasted Case reprs use Decimal)
+
+import pytest
+
+from tests.differential.cases import Case, Clause, Sql, sql
+from tests.differential.compare import check, reproduction
+
+KV = [("id", "INT"), ("v", "STRING")]
+
+
+@pytest.fixture(scope="module")
+def reg_db(spark) -> Iterator[str]:
+    name = "diffreg_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE {name}")
+    yield name
+    spark.sql(f"DROP DATABASE IF EXISTS {name} CASCADE")
+
+
+def _agree(spark, db: str, case: Case) -> None:
+    problems, expected, actual = check(spark, case, db, case.name)
+    assert not problems, reproduction(case, problems, expected, actual)
+
+
+# -- one case per translation in oracle.py ---------------------------------------------------
+
+
+def test_regression_lone_unconditional_delete_matched_twice_deletes_once(spark, reg_db):
+    """Translation 3: DuckDB rejects this merge; ours deletes the row once and inserts the new key."""
+    case = Case(
+        "lone_delete_dup",
+        KV,
+        [[(1, "a"), (2, "b")]],
+        KV,
+        [(1, "x"), (1, "y"), (7, "n")],
+        sql("t.id = s.id"),
+        [Clause("matched", "delete"), Clause("not_matched", "insert", assign="*")],
+    )
+    _agree(spark, reg_db, case)
+
+
+def test_regression_cardinality_although_no_matched_clause_acts(spark, reg_db):
+    """Translation 3: DuckDB accepts this merge (no clause acts on the duplicates); ours rejects it."""
+    case = Case(
+        "card_no_act",
+        KV,
+        [[(1, "a"), (2, "b")]],
+        KV,
+        [(1, "x"), (1, "y")],
+        sql("t.id = s.id"),
+        [Clause("matched", "update", sql("s.v = 'never'"), {"v": sql("s.v")})],
+    )
+    _agree(spark, reg_db, case)
+
+
+def test_regression_star_by_name_with_reordered_source_and_null_safe_on(spark, reg_db):
+    """Translations 1 and 5: `*` by name (DuckDB's is positional) and `<=>` as IS NOT DISTINCT FROM."""
+    case = Case(
+        "star_by_name",
+        [("id", "INT"), ("v", "STRING"), ("n", "BIGINT")],
+        [[(1, "a", 1), (None, "b", 2)]],
+        [("n", "INT"), ("v", "STRING"), ("id", "INT")],
+        [(10, "A", 1), (20, "B", None), (30, "C", 5)],
+        Sql("t.id <=> s.id", "t.id IS NOT DISTINCT FROM s.id"),
+        [Clause("matched", "update", assign="*"), Clause("not_matched", "insert", assign="*")],
+    )
+    _agree(spark, reg_db, case)
+
+
+def test_regression_schema_evolution_without_changes_adds_no_column(spark, reg_db):
+    """Translation 2: a merge that changes nothing commits nothing, so it adds no column."""
+    case = Case(
+        "evolve_noop",
+        KV,
+        [[(1, "a")]],
+        [*KV, ("extra", "INT")],
+        [(1, "a", None)],
+        sql("t.id = s.id"),
+        [Clause("matched", "update", assign="*")],
+        schema_evolution=True,
+    )
+    _agree(spark, reg_db, case)
+
+
+def test_regression_skip_unchanged_off_no_op_update_on_partitioned_target(spark, reg_db):
+    """Translation 6: with skip_unchanged_updates off a no-op update still emits its pair."""
+    case = Case(
+        "noop_pairs",
+        [("id", "INT"), ("v", "STRING"), ("p", "INT")],
+        [[(1, "a", 1), (2, "b", 2)]],
+        [("id", "INT"), ("v", "STRING"), ("p", "INT")],
+        [(1, "a", 1), (2, "c", 1)],
+        sql("t.id = s.id"),
+        [Clause("matched", "update", assign="*")],
+        partition_by=["p"],
+        skip_unchanged_updates=False,
+    )
+    _agree(spark, reg_db, case)
+
+
+# -- mismatches found by make fuzz -------------------------------------------------------------
