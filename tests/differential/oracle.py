@@ -7,33 +7,36 @@ translates explicitly instead of comparing blindly. Each difference, and where o
 from:
 
 1. ``*`` is positional in DuckDB (``UPDATE SET *`` / ``INSERT *`` pair columns by position);
-   ours resolves by name, as Spark's ``UPDATE SET *`` / ``INSERT *`` do (Spark's
-   ``ResolveReferencesInMerge`` / Delta's ``MergeIntoCommand`` expand ``*`` to
-   ``col = source.col`` for every target column by name; extra source columns are ignored).
-   Translation: ``*`` becomes an explicit by-name assignment list. A target column missing
-   from the source is an error (our ``MergeSpecError``) unless schema evolution is on; then
-   ``update *`` leaves it unchanged and ``insert *`` writes NULL (Delta's schema evolution).
+   ours resolves by name, as Spark's and Delta's do (Spark's analyzer expands
+   ``UpdateStarAction`` / ``InsertStarAction`` into one ``col = source.col`` assignment per
+   target column, by name; Delta documents ``UPDATE SET *`` as ``SET col1 = source.col1, ...``
+   for every target column). Translation: ``*`` becomes an explicit by-name assignment list;
+   extra source columns are ignored. A target column missing from the source is an error
+   (our ``MergeSpecError``) unless schema evolution is on; then ``update *`` leaves it
+   unchanged and ``insert *`` writes NULL (Delta's schema evolution for MERGE).
 
 2. Schema evolution: DuckDB's MERGE never adds columns. Ours (Delta's
-   ``spark.databricks.delta.schema.autoMerge``) adds source-only columns when a clause uses
-   ``*``. Translation: ``ALTER TABLE ... ADD COLUMN`` before the merge (so pre-images read
+   ``spark.databricks.delta.schema.autoMerge.enabled``) adds source-only columns when a clause
+   uses ``*``. Translation: ``ALTER TABLE ... ADD COLUMN`` before the merge (so pre-images read
    NULL in them); and because our engine adds the columns as part of a commit, a merge that
    changes nothing writes no commit and adds no column, so the oracle drops them again when
    no change row results.
 
 3. Cardinality. DuckDB raises only when a target row is *affected* by two source rows (a
    conditional clause that does not act on the duplicates is fine; an unconditional DELETE
-   matched twice is an error). Ours is the Spark/Iceberg rule (Spark's
-   ``RewriteMergeIntoTable`` cardinality check, Iceberg's ``MERGE`` and Delta's
-   ``multipleSourceRowMatchingTargetRowInMergeException``): with any matched clause, a target
-   row the `on` condition matches with two or more source rows is an error whether or not a
-   clause acts, except when the only matched clause is one unconditional DELETE (then the row
-   is deleted once). Translation: the oracle counts matches per target row itself and
-   predicts the error; for the lone unconditional DELETE with duplicate matches it runs the
-   merge without that clause and deletes the matched target rows afterwards.
+   matched twice is an error). Ours is the Spark/Iceberg rule: Spark's row-level MERGE
+   (``RewriteMergeIntoTable``, error ``MERGE_CARDINALITY_VIOLATION``), Iceberg's Spark MERGE
+   and Delta's ``DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE`` all check, whenever
+   there is a matched clause, that no target row is matched by two or more source rows,
+   whether or not a clause acts on it; the one exception is a merge whose only matched clause
+   is an unconditional DELETE (no ambiguity: the row is deleted once). Translation: the
+   oracle counts matches per target row itself and predicts the error; for the lone
+   unconditional DELETE with duplicate matches it runs the merge without that clause and
+   deletes the matched target rows afterwards (both against the pre-merge table, so inserts
+   and NOT MATCHED BY SOURCE clauses see the same matches).
 
 4. Types. DuckDB casts an assigned value implicitly (and sometimes refuses); ours casts every
-   value to the target column type (Spark's ``TableOutputResolver`` store assignment).
+   value to the target column type (Spark's store-assignment rules for table writes).
    Translation: every assigned value is wrapped in ``CAST(... AS <target type>)``. The
    generator keeps values in range, so no cast fails on either side (failing casts are
    tested in tests/engine/test_schema_and_casts.py). DuckDB spells ``STRING`` ``VARCHAR``.
