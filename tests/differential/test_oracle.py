@@ -1,8 +1,9 @@
-"""The oracle on hand-written merges whose result is worked out by hand (DuckDB only, no Spark)."""
+"""The oracle (and the comparison) on hand-written merges worked out by hand: DuckDB only, no Spark."""
 
 from __future__ import annotations
 
 from tests.differential.cases import Case, Clause, sort_rows, sql
+from tests.differential.compare import compare
 from tests.differential.oracle import apply
 
 UPSERT = [
@@ -95,3 +96,14 @@ def test_oracle_schema_evolution_adds_nothing_when_nothing_changes():
     case = _case([("a", 1, None)], UPSERT, schema_evolution=True)
     out = apply(case)
     assert (out.columns, out.changes) == (["id", "v"], [])
+
+
+def test_compare_reports_outcome_row_and_feed_differences():
+    case = _case([("A", 1, 0), ("z", 9, 0)], UPSERT)
+    good = apply(case)
+    assert compare(good, apply(case)) == []
+    wrong = apply(_case([("a", 1, 0)], UPSERT, skip_unchanged_updates=False))
+    problems = compare(good, wrong)
+    assert any(p.startswith("rows:") for p in problems)
+    assert any(p.startswith("change feed:") for p in problems)
+    assert compare(good, apply(_case([("x", 1, 0), ("y", 1, 0)], UPSERT)))[0].startswith("outcome:")
