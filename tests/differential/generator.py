@@ -30,7 +30,9 @@ def _family(t: str) -> str:
     return "INTEGER" if t in NUMERIC else t
 
 
-def random_value(rng: random.Random, typ: str, null_p: float = 0.15, key: bool = False) -> Any:
+def random_value(
+    rng: random.Random, typ: str, null_p: float = 0.15, key: bool = False, strings: list[str] = STRINGS
+) -> Any:
     if rng.random() < null_p:
         return None
     if typ in NUMERIC:
@@ -38,7 +40,7 @@ def random_value(rng: random.Random, typ: str, null_p: float = 0.15, key: bool =
     if typ == "DECIMAL(10,2)":
         return Decimal(rng.randint(-500, 500)) / 100
     if typ == "STRING":
-        return rng.choice(KEY_STRINGS if key else STRINGS)
+        return rng.choice(KEY_STRINGS if key else strings)
     if typ == "DATE":
         return DAY0 + dt.timedelta(days=rng.randint(0, 3 if key else 5))
     if typ == "TIMESTAMP":
@@ -48,8 +50,8 @@ def random_value(rng: random.Random, typ: str, null_p: float = 0.15, key: bool =
     raise ValueError(typ)
 
 
-def literal(rng: random.Random, typ: str) -> Sql:
-    v = random_value(rng, typ, null_p=0.1)
+def literal(rng: random.Random, typ: str, strings: list[str] = STRINGS) -> Sql:
+    v = random_value(rng, typ, null_p=0.1, strings=strings)
     if v is None:
         return sql(f"CAST(NULL AS {typ})")
     if typ in NUMERIC:
@@ -68,7 +70,13 @@ def literal(rng: random.Random, typ: str) -> Sql:
 class Scope:
     """The columns an expression may read: ``t.*`` and/or ``s.*``, by type."""
 
-    def __init__(self, target: list[tuple[str, str]] | None, source: list[tuple[str, str]] | None) -> None:
+    def __init__(
+        self,
+        target: list[tuple[str, str]] | None,
+        source: list[tuple[str, str]] | None,
+        strings: list[str] = STRINGS,
+    ) -> None:
+        self.strings = strings  # string literals the expressions may use
         self.cols: list[tuple[str, str]] = []  # (qualified name, type)
         for alias, schema in (("t", target), ("s", source)):
             for c, t in schema or []:
@@ -89,7 +97,7 @@ def value_expr(rng: random.Random, typ: str, scope: Scope, depth: int = 2) -> Sq
     if depth <= 0 or r < 0.45:
         if cols and rng.random() < 0.75:
             return sql(rng.choice(cols))
-        return literal(rng, typ)
+        return literal(rng, typ, scope.strings)
 
     def sub() -> Sql:
         return value_expr(rng, typ, scope, depth - 1)
@@ -139,12 +147,22 @@ def condition(rng: random.Random, scope: Scope, depth: int = 2) -> Sql:
     return Sql(f"({col} {op} {other.spark})", f"({col} {op} {other.duck})")
 
 
-def _rows(rng: random.Random, schema: list[tuple[str, str]], keys: list[str], n: int, unique: bool) -> list:
+def _rows(
+    rng: random.Random,
+    schema: list[tuple[str, str]],
+    keys: list[str],
+    n: int,
+    unique: bool,
+    strings: list[str],
+) -> list:
     out, seen = [], set()
     for _ in range(n * 3):
         if len(out) == n:
             break
-        row = tuple(random_value(rng, t, key=c in keys, null_p=0.12 if c in keys else 0.2) for c, t in schema)
+        row = tuple(
+            random_value(rng, t, key=c in keys, null_p=0.12 if c in keys else 0.2, strings=strings)
+            for c, t in schema
+        )
         k = tuple(v for (c, _), v in zip(schema, row, strict=True) if c in keys)
         if unique and k in seen:
             continue
@@ -176,12 +194,12 @@ def generate(rng: random.Random, name: str = "case") -> Case:
     source_schema = [(c, "INT" if t == "BIGINT" and rng.random() < 0.3 else t) for c, t in source_schema]
     rng.shuffle(source_schema)
 
+    # A Hive-style partition stores '' as its default (NULL) partition, and the engine's change
+    # feed does not follow (test_regressions.py); with a STRING partition column no value is ''.
+    strings = [v for v in STRINGS if v] if ("p", "STRING") in schema else STRINGS
     unique = rng.random() < 0.5
-    target_rows = _rows(rng, schema, keys, rng.randint(0, 7), unique)
-    for row_i, row in enumerate(target_rows):  # partition values: a small domain without ''
-        if partition_by and row[-1] == "":
-            target_rows[row_i] = (*row[:-1], "a")
-    source_rows = _rows(rng, source_schema, keys, rng.randint(0, 6), unique)
+    target_rows = _rows(rng, schema, keys, rng.randint(0, 7), unique, strings)
+    source_rows = _rows(rng, source_schema, keys, rng.randint(0, 6), unique, strings)
     if source_rows and target_rows and rng.random() < 0.5:  # reuse target keys for more matches
         key_idx_t = [i for i, (c, _) in enumerate(schema) if c in keys]
         key_idx_s = {c: i for i, (c, _) in enumerate(source_schema)}
@@ -192,10 +210,6 @@ def generate(rng: random.Random, name: str = "case") -> Case:
             for i in key_idx_t:
                 row[key_idx_s[schema[i][0]]] = tr[i]
             source_rows[si] = tuple(row)
-    if partition_by:
-        pi = [c for c, _ in source_schema].index("p") if "p" in dict(source_schema) else None
-        if pi is not None:
-            source_rows = [r if r[pi] != "" else (*r[:pi], "a", *r[pi + 1 :]) for r in source_rows]
     files: list[list[tuple[Any, ...]]] = [target_rows]
     if len(target_rows) > 2 and rng.random() < 0.3:
         cut = rng.randint(1, len(target_rows) - 1)
@@ -208,8 +222,8 @@ def generate(rng: random.Random, name: str = "case") -> Case:
             parts.append(Sql(f"t.{k} <=> s.{k}", f"t.{k} IS NOT DISTINCT FROM s.{k}"))
         else:
             parts.append(sql(f"t.{k} = s.{k}"))
-    tgt_scope, src_scope = Scope(schema, None), Scope(None, source_schema)
-    both = Scope(schema, source_schema)
+    tgt_scope, src_scope = Scope(schema, None, strings), Scope(None, source_schema, strings)
+    both = Scope(schema, source_schema, strings)
     if rng.random() < 0.2:
         parts.append(condition(rng, rng.choice([tgt_scope, src_scope, both]), depth=0))
     on = Sql(" AND ".join(p.spark for p in parts), " AND ".join(p.duck for p in parts))

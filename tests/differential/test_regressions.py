@@ -7,7 +7,7 @@ are pasted from its output (``Case(...)``) and keep the seed and index in their 
 
 from __future__ import annotations
 
-import datetime  # noqa: F401  (pasted Case reprs use datetime.date / datetime.datetime)
+import datetime
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal  # noqa: F401  (pasted Case reprs use Decimal)
@@ -110,3 +110,23 @@ def test_regression_skip_unchanged_off_no_op_update_on_partitioned_target(spark,
 
 
 # -- mismatches found by make fuzz -------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: an insert of '' into a STRING partition column reads back as NULL from the "
+    "table (Hive default partition) but the change feed records ''",
+)
+def test_regression_empty_string_partition_value_reads_null_in_table_and_feed(spark, reg_db):
+    """Seed 20261123, case 84 (shrunk): the feed's insert row must show the NULL readers see."""
+    case = Case(
+        "empty_partition_value",
+        [("k1", "DATE"), ("c_string", "STRING"), ("p", "STRING")],
+        [[]],
+        [("k1", "DATE"), ("c_string", "STRING"), ("p", "STRING")],
+        [(datetime.date(2024, 1, 3), "b", "a")],
+        sql("t.k1 = s.k1"),
+        [Clause("not_matched", "insert", assign={"k1": sql("s.k1"), "p": sql("lower('')")})],
+        partition_by=["p"],
+    )
+    _agree(spark, reg_db, case)
