@@ -194,9 +194,7 @@ def generate(rng: random.Random, name: str = "case") -> Case:
     source_schema = [(c, "INT" if t == "BIGINT" and rng.random() < 0.3 else t) for c, t in source_schema]
     rng.shuffle(source_schema)
 
-    # A Hive-style partition stores '' as its default (NULL) partition, and the engine's change
-    # feed does not follow (test_regressions.py); with a STRING partition column no value is ''.
-    strings = [v for v in STRINGS if v] if ("p", "STRING") in schema else STRINGS
+    strings = STRINGS
     unique = rng.random() < 0.5
     target_rows = _rows(rng, schema, keys, rng.randint(0, 7), unique, strings)
     source_rows = _rows(rng, source_schema, keys, rng.randint(0, 6), unique, strings)

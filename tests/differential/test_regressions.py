@@ -112,16 +112,14 @@ def test_regression_skip_unchanged_off_no_op_update_on_partitioned_target(spark,
 # -- mismatches found by make fuzz -------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: when the merge scans the target (here a not_matched_by_source clause), an insert "
-    "of '' into a STRING partition column reads back as NULL from the table (Hive default partition) "
-    "but the change feed records ''",
-)
 def test_regression_empty_string_partition_value_reads_null_in_table_and_feed(spark, reg_db):
     """Seed 20261123, case 84 (shrunk): the feed's insert row must show the NULL readers see.
 
-    Without the not_matched_by_source clause (the insert-only path) the engine already agrees.
+    Cause: on the scanning path (here forced by the not_matched_by_source clause) the feed's
+    insert rows were computed from the clause's values, while the table's file went to the
+    default partition; the insert-only path read the written rows back and agreed. Fix: a
+    value for a STRING partition column is ``''``-as-NULL wherever the merge computes it
+    (``outputs.as_stored``).
     """
     case = Case(
         "empty_partition_value",
@@ -134,6 +132,22 @@ def test_regression_empty_string_partition_value_reads_null_in_table_and_feed(sp
             Clause("not_matched", "insert", assign={"k1": sql("s.k1"), "p": sql("lower('')")}),
             Clause("not_matched_by_source", "delete"),
         ],
+        partition_by=["p"],
+    )
+    _agree(spark, reg_db, case)
+
+
+def test_regression_setting_empty_string_partition_value_on_a_null_partition_is_a_no_op(spark, reg_db):
+    """Same cause: with skip_unchanged_updates, p = '' on a row in the default partition changes nothing
+    a reader sees, so it writes no change rows (and moving p = 'a' to '' is a real update to NULL)."""
+    case = Case(
+        "empty_partition_update",
+        [("id", "INT"), ("v", "STRING"), ("p", "STRING")],
+        [[(1, "a", None), (2, "b", "a")]],
+        [("id", "INT"), ("v", "STRING")],
+        [(1, "a"), (2, "b")],
+        sql("t.id = s.id"),
+        [Clause("matched", "update", assign={"p": sql("''")})],
         partition_by=["p"],
     )
     _agree(spark, reg_db, case)

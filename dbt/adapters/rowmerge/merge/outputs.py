@@ -23,7 +23,7 @@ from typing import Protocol
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StringType, StructField, StructType
 
 from .spec import MergeSpec
 from .sqltext import shorten
@@ -127,6 +127,21 @@ def checked_cast(col: Column, src_type: DataType, fld: StructField, text: str) -
         F.lit(f"' from {shorten(text)}]"),
     )
     return F.when(failure, F.raise_error(message)).otherwise(casted)
+
+
+def as_stored(col: Column, fld: StructField, partition_columns: Sequence[str]) -> Column:
+    """``col`` as readers will read it back from column ``fld``: a partition value ``''`` is NULL.
+
+    A Hive-style table stores an empty STRING partition value as its default partition
+    (``__HIVE_DEFAULT_PARTITION__``), which Spark, Hive and Trino all read as NULL. The merge
+    computes with that value, so the no-op check, the rewrite and the change feed agree with
+    what the table shows afterwards.
+    """
+    if fld.name.lower() not in {p.lower() for p in partition_columns}:
+        return col
+    if not isinstance(fld.dataType, StringType):
+        return col
+    return F.when(col == F.lit(""), F.lit(None).cast(fld.dataType)).otherwise(col)
 
 
 def _has_map(dtype: DataType) -> bool:

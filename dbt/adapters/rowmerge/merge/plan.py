@@ -25,7 +25,7 @@ from pyspark.sql.types import BooleanType, DataType, NullType, StructField
 from pyspark.sql.utils import AnalysisException
 
 from .errors import MergeSpecError, spark_reason
-from .outputs import PREFIX, char_limit, checked_cast, q
+from .outputs import PREFIX, as_stored, char_limit, checked_cast, q
 from .spec import Clause, MergeSpec
 from .sqltext import UnpinnableTime, pin_time, shorten
 from .table import TargetTable
@@ -259,9 +259,12 @@ def _resolve_clause(r: _Resolution, clause: Clause, index: int, scope: _Scope) -
     rc = ResolvedClause(clause, index, _condition(r, clause, scope))
     if clause.action in ("update", "insert"):
         if clause.assignments is None:
-            rc.values = _star_values(r, clause, scope)
+            values = _star_values(r, clause, scope)
         else:
-            rc.values = _listed_values(r, clause, clause.assignments, scope)
+            values = _listed_values(r, clause, clause.assignments, scope)
+        fields = {f.name: f for f in r.output_fields}
+        parts = r.target.partition_columns
+        rc.values = {name: as_stored(value, fields[name], parts) for name, value in values.items()}
     return rc
 
 
