@@ -29,8 +29,9 @@ lint: $(STAMP)
 # prints a shrunk reproduction for every mismatch. `make test` runs a fixed seed of 300.
 N ?= 1000
 SEED ?= 1
+JOBS ?= 3
 fuzz: $(STAMP)
-	$(BIN)/python -m tests.differential.fuzz --n $(N) --seed $(SEED)
+	$(BIN)/python -m tests.differential.fuzz --n $(N) --seed $(SEED) --jobs $(JOBS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

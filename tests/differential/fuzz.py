@@ -4,7 +4,9 @@ Case ``i`` of seed ``S`` is the same case the fixed-seed test builds (``case_rng
 ``--seed 20261123 --start 17 --n 1`` replays case 17 of ``make test``. A mismatch is shrunk
 greedily (drop clauses, source rows, target rows while the mismatch persists) and printed with
 its spec, rows, the oracle's SQL and a ``Case(...)`` to paste into test_regressions.py.
-Exit status 1 if any case mismatched.
+``--jobs K`` runs K merges at once in the session, each on its own tables, as dbt's threads
+do (a small merge waits on Spark's scheduling more than on the two cores). Exit status 1 if
+any case mismatched.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import dataclasses
 import logging
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -113,38 +117,57 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--start", type=int, default=0, help="index of the first case")
     parser.add_argument("--no-shrink", action="store_true")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="merges run at once in the one session (as dbt threads do)"
+    )
     args = parser.parse_args(argv)
 
     root = Path(tempfile.mkdtemp(prefix="rowmerge_fuzz_"))
     spark = start_spark(root)
-    runner = Runner(spark)
+    runners = [Runner(spark) for _ in range(args.jobs)]
     counts: collections.Counter[str] = collections.Counter()
     mismatched: list[int] = []
+    lock = threading.Lock()
     began = time.monotonic()
-    try:
-        for i in range(args.start, args.start + args.n):
-            case = generate(case_rng(args.seed, i), f"seed{args.seed}_case{i}")
-            try:
-                problems, expected, actual = runner.check(case)
-            except OracleError as exc:
+
+    def one(runner: Runner, i: int) -> None:
+        case = generate(case_rng(args.seed, i), f"seed{args.seed}_case{i}")
+        try:
+            problems, expected, actual = runner.check(case)
+        except OracleError as exc:
+            with lock:
                 counts["oracle_error"] += 1
                 print(f"=== ORACLE ERROR {case.name}: {exc}\n{case.to_python()}", flush=True)
-                continue
+            return
+        report = ""
+        if problems:
+            small = case if args.no_shrink else runner.shrink(case)
+            p2, e2, a2 = runner.check(small)
+            report = reproduction(small, p2 or problems, e2, a2)
+        with lock:
             counts[expected.error or ("changes" if expected.changes else "no_change")] += 1
             if problems:
                 mismatched.append(i)
-                small = case if args.no_shrink else runner.shrink(case)
-                p2, e2, a2 = runner.check(small)
-                print(reproduction(small, p2 or problems, e2, a2), flush=True)
-            done = i - args.start + 1
+                print(report, flush=True)
+            done = sum(counts.values())
             if done % 50 == 0:
                 rate = done / (time.monotonic() - began)
                 print(f"... {done}/{args.n} cases, {len(mismatched)} mismatched, {rate:.2f}/s", flush=True)
+
+    def work(k: int) -> None:
+        for i in range(args.start + k, args.start + args.n, args.jobs):
+            one(runners[k], i)
+
+    try:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(work, range(args.jobs)))
     finally:
-        runner.close()
+        for runner in runners:
+            runner.close()
         spark.stop()
     elapsed = time.monotonic() - began
     outcome = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+    mismatched.sort()
     print(
         f"fuzz seed={args.seed} start={args.start} n={args.n}: {len(mismatched)} mismatched "
         f"{mismatched[:20]}; outcomes {outcome}; {elapsed:.0f}s"
