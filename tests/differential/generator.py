@@ -30,9 +30,7 @@ def _family(t: str) -> str:
     return "INTEGER" if t in NUMERIC else t
 
 
-def random_value(
-    rng: random.Random, typ: str, null_p: float = 0.15, key: bool = False, strings: list[str] = STRINGS
-) -> Any:
+def random_value(rng: random.Random, typ: str, null_p: float = 0.15, key: bool = False) -> Any:
     if rng.random() < null_p:
         return None
     if typ in NUMERIC:
@@ -40,7 +38,7 @@ def random_value(
     if typ == "DECIMAL(10,2)":
         return Decimal(rng.randint(-500, 500)) / 100
     if typ == "STRING":
-        return rng.choice(KEY_STRINGS if key else strings)
+        return rng.choice(KEY_STRINGS if key else STRINGS)
     if typ == "DATE":
         return DAY0 + dt.timedelta(days=rng.randint(0, 3 if key else 5))
     if typ == "TIMESTAMP":
@@ -50,8 +48,8 @@ def random_value(
     raise ValueError(typ)
 
 
-def literal(rng: random.Random, typ: str, strings: list[str] = STRINGS) -> Sql:
-    v = random_value(rng, typ, null_p=0.1, strings=strings)
+def literal(rng: random.Random, typ: str) -> Sql:
+    v = random_value(rng, typ, null_p=0.1)
     if v is None:
         return sql(f"CAST(NULL AS {typ})")
     if typ in NUMERIC:
@@ -74,9 +72,7 @@ class Scope:
         self,
         target: list[tuple[str, str]] | None,
         source: list[tuple[str, str]] | None,
-        strings: list[str] = STRINGS,
     ) -> None:
-        self.strings = strings  # string literals the expressions may use
         self.cols: list[tuple[str, str]] = []  # (qualified name, type)
         for alias, schema in (("t", target), ("s", source)):
             for c, t in schema or []:
@@ -97,7 +93,7 @@ def value_expr(rng: random.Random, typ: str, scope: Scope, depth: int = 2) -> Sq
     if depth <= 0 or r < 0.45:
         if cols and rng.random() < 0.75:
             return sql(rng.choice(cols))
-        return literal(rng, typ, scope.strings)
+        return literal(rng, typ)
 
     def sub() -> Sql:
         return value_expr(rng, typ, scope, depth - 1)
@@ -153,16 +149,12 @@ def _rows(
     keys: list[str],
     n: int,
     unique: bool,
-    strings: list[str],
 ) -> list:
     out, seen = [], set()
     for _ in range(n * 3):
         if len(out) == n:
             break
-        row = tuple(
-            random_value(rng, t, key=c in keys, null_p=0.12 if c in keys else 0.2, strings=strings)
-            for c, t in schema
-        )
+        row = tuple(random_value(rng, t, key=c in keys, null_p=0.12 if c in keys else 0.2) for c, t in schema)
         k = tuple(v for (c, _), v in zip(schema, row, strict=True) if c in keys)
         if unique and k in seen:
             continue
@@ -194,10 +186,9 @@ def generate(rng: random.Random, name: str = "case") -> Case:
     source_schema = [(c, "INT" if t == "BIGINT" and rng.random() < 0.3 else t) for c, t in source_schema]
     rng.shuffle(source_schema)
 
-    strings = STRINGS
     unique = rng.random() < 0.5
-    target_rows = _rows(rng, schema, keys, rng.randint(0, 7), unique, strings)
-    source_rows = _rows(rng, source_schema, keys, rng.randint(0, 6), unique, strings)
+    target_rows = _rows(rng, schema, keys, rng.randint(0, 7), unique)
+    source_rows = _rows(rng, source_schema, keys, rng.randint(0, 6), unique)
     if source_rows and target_rows and rng.random() < 0.5:  # reuse target keys for more matches
         key_idx_t = [i for i, (c, _) in enumerate(schema) if c in keys]
         key_idx_s = {c: i for i, (c, _) in enumerate(source_schema)}
@@ -220,8 +211,8 @@ def generate(rng: random.Random, name: str = "case") -> Case:
             parts.append(Sql(f"t.{k} <=> s.{k}", f"t.{k} IS NOT DISTINCT FROM s.{k}"))
         else:
             parts.append(sql(f"t.{k} = s.{k}"))
-    tgt_scope, src_scope = Scope(schema, None, strings), Scope(None, source_schema, strings)
-    both = Scope(schema, source_schema, strings)
+    tgt_scope, src_scope = Scope(schema, None), Scope(None, source_schema)
+    both = Scope(schema, source_schema)
     if rng.random() < 0.2:
         parts.append(condition(rng, rng.choice([tgt_scope, src_scope, both]), depth=0))
     on = Sql(" AND ".join(p.spark for p in parts), " AND ".join(p.duck for p in parts))
