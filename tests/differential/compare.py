@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeSpecError, run_merge
+from dbt.adapters.rowmerge.merge.table import HIVE_DEFAULT_PARTITION
 
 from . import oracle
 from .cases import Case, Outcome, project, sort_rows
@@ -42,7 +43,6 @@ ARROW_TYPES = {
     "TIMESTAMP": pa.timestamp("us", tz="UTC"),  # isAdjustedToUTC: Spark's TIMESTAMP
     "BOOLEAN": pa.bool_(),
 }
-DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
 def create_target(spark: SparkSession, case: Case, name: str, location: str) -> None:
@@ -58,7 +58,7 @@ def create_target(spark: SparkSession, case: Case, name: str, location: str) -> 
     for n, rows in enumerate(case.target_files):
         groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
         for row in rows:
-            values = tuple(DEFAULT_PARTITION if row[i] in (None, "") else str(row[i]) for i in parts)
+            values = tuple(HIVE_DEFAULT_PARTITION if row[i] in (None, "") else str(row[i]) for i in parts)
             groups.setdefault(values, []).append(row)
         for values, members in groups.items():
             folder = root.joinpath(*[f"{p}={v}" for p, v in zip(case.partition_by, values, strict=True)])

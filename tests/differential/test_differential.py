@@ -8,7 +8,6 @@ tiny tables. ``make fuzz`` runs the same check on more seeds (tests/differential
 from __future__ import annotations
 
 import random
-import uuid
 from collections.abc import Iterator
 
 import duckdb
@@ -24,14 +23,6 @@ CASES = 300
 def case_rng(seed: int, index: int) -> random.Random:
     """The generator's randomness for case ``index`` of ``seed`` (fuzz.py uses the same)."""
     return random.Random(f"{seed}:{index}")
-
-
-@pytest.fixture(scope="module")
-def diff_db(spark) -> Iterator[str]:
-    name = "diff_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE {name}")
-    yield name
-    spark.sql(f"DROP DATABASE IF EXISTS {name} CASCADE")
 
 
 @pytest.fixture(scope="module")

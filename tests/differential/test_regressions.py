@@ -8,24 +8,12 @@ are pasted from its output (``Case(...)``) and keep the seed and index in their 
 from __future__ import annotations
 
 import datetime
-import uuid
-from collections.abc import Iterator
 from decimal import Decimal  # noqa: F401  (pasted Case reprs use Decimal)
-
-import pytest
 
 from tests.differential.cases import Case, Clause, Sql, sql
 from tests.differential.compare import check, reproduction
 
 KV = [("id", "INT"), ("v", "STRING")]
-
-
-@pytest.fixture(scope="module")
-def reg_db(spark) -> Iterator[str]:
-    name = "diffreg_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE DATABASE {name}")
-    yield name
-    spark.sql(f"DROP DATABASE IF EXISTS {name} CASCADE")
 
 
 def _agree(spark, db: str, case: Case) -> None:
@@ -36,7 +24,7 @@ def _agree(spark, db: str, case: Case) -> None:
 # -- one case per translation in oracle.py ---------------------------------------------------
 
 
-def test_regression_lone_unconditional_delete_matched_twice_deletes_once(spark, reg_db):
+def test_regression_lone_unconditional_delete_matched_twice_deletes_once(spark, diff_db):
     """Translation 3: DuckDB rejects this merge; ours deletes the row once and inserts the new key."""
     case = Case(
         "lone_delete_dup",
@@ -47,10 +35,10 @@ def test_regression_lone_unconditional_delete_matched_twice_deletes_once(spark, 
         sql("t.id = s.id"),
         [Clause("matched", "delete"), Clause("not_matched", "insert", assign="*")],
     )
-    _agree(spark, reg_db, case)
+    _agree(spark, diff_db, case)
 
 
-def test_regression_cardinality_although_no_matched_clause_acts(spark, reg_db):
+def test_regression_cardinality_although_no_matched_clause_acts(spark, diff_db):
     """Translation 3: DuckDB accepts this merge (no clause acts on the duplicates); ours rejects it."""
     case = Case(
         "card_no_act",
@@ -61,10 +49,10 @@ def test_regression_cardinality_although_no_matched_clause_acts(spark, reg_db):
         sql("t.id = s.id"),
         [Clause("matched", "update", sql("s.v = 'never'"), {"v": sql("s.v")})],
     )
-    _agree(spark, reg_db, case)
+    _agree(spark, diff_db, case)
 
 
-def test_regression_star_by_name_with_reordered_source_and_null_safe_on(spark, reg_db):
+def test_regression_star_by_name_with_reordered_source_and_null_safe_on(spark, diff_db):
     """Translations 1 and 5: `*` by name (DuckDB's is positional) and `<=>` as IS NOT DISTINCT FROM."""
     case = Case(
         "star_by_name",
@@ -75,10 +63,10 @@ def test_regression_star_by_name_with_reordered_source_and_null_safe_on(spark, r
         Sql("t.id <=> s.id", "t.id IS NOT DISTINCT FROM s.id"),
         [Clause("matched", "update", assign="*"), Clause("not_matched", "insert", assign="*")],
     )
-    _agree(spark, reg_db, case)
+    _agree(spark, diff_db, case)
 
 
-def test_regression_schema_evolution_without_changes_adds_no_column(spark, reg_db):
+def test_regression_schema_evolution_without_changes_adds_no_column(spark, diff_db):
     """Translation 2: a merge that changes nothing commits nothing, so it adds no column."""
     case = Case(
         "evolve_noop",
@@ -90,10 +78,10 @@ def test_regression_schema_evolution_without_changes_adds_no_column(spark, reg_d
         [Clause("matched", "update", assign="*")],
         schema_evolution=True,
     )
-    _agree(spark, reg_db, case)
+    _agree(spark, diff_db, case)
 
 
-def test_regression_skip_unchanged_off_no_op_update_on_partitioned_target(spark, reg_db):
+def test_regression_skip_unchanged_off_no_op_update_on_partitioned_target(spark, diff_db):
     """Translation 6: with skip_unchanged_updates off a no-op update still emits its pair."""
     case = Case(
         "noop_pairs",
@@ -106,13 +94,13 @@ def test_regression_skip_unchanged_off_no_op_update_on_partitioned_target(spark,
         partition_by=["p"],
         skip_unchanged_updates=False,
     )
-    _agree(spark, reg_db, case)
+    _agree(spark, diff_db, case)
 
 
 # -- mismatches found by make fuzz -------------------------------------------------------------
 
 
-def test_regression_empty_string_partition_value_reads_null_in_table_and_feed(spark, reg_db):
+def test_regression_empty_string_partition_value_reads_null_in_table_and_feed(spark, diff_db):
     """Seed 20261123, case 84 (shrunk): the feed's insert row must show the NULL readers see.
 
     Cause: on the scanning path (here forced by the not_matched_by_source clause) the feed's
@@ -134,10 +122,10 @@ def test_regression_empty_string_partition_value_reads_null_in_table_and_feed(sp
         ],
         partition_by=["p"],
     )
-    _agree(spark, reg_db, case)
+    _agree(spark, diff_db, case)
 
 
-def test_regression_setting_empty_string_partition_value_on_a_null_partition_is_a_no_op(spark, reg_db):
+def test_regression_setting_empty_string_partition_value_on_a_null_partition_is_a_no_op(spark, diff_db):
     """Same cause: with skip_unchanged_updates, p = '' on a row in the default partition changes nothing
     a reader sees, so it writes no change rows (and moving p = 'a' to '' is a real update to NULL)."""
     case = Case(
@@ -150,4 +138,4 @@ def test_regression_setting_empty_string_partition_value_on_a_null_partition_is_
         [Clause("matched", "update", assign={"p": sql("''")})],
         partition_by=["p"],
     )
-    _agree(spark, reg_db, case)
+    _agree(spark, diff_db, case)
