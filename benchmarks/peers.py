@@ -186,6 +186,7 @@ class RowLevelMerge:
         changes = self.changes_table(job)
         if changes:
             done.counters["change_bytes_added"] = dir_size(_location(job.spark, changes))[0]
+        done.metrics["applyWindowMs"] = apply_window_ms(job.copy_dir, done.metrics.get("version"))
 
     def result(self) -> DataFrame:
         job = self.job
@@ -202,6 +203,20 @@ class RowLevelMerge:
             job.spark.sql(f"DROP TABLE IF EXISTS {changes}")
         job.spark.sql(f"DROP TABLE IF EXISTS {job.table}")
         shutil.rmtree(job.copy_dir, ignore_errors=True)
+
+
+def apply_window_ms(location: Path, version: int | None) -> int | None:
+    """Commit point to applied marker of ``version`` (how long readers may see old and new files
+    together): the journal entry's and the ``.applied`` marker's modification times."""
+    log = location / "_rowmerge_log"
+    stamps: dict[str, int] = {}
+    for f in log.glob("*") if version and log.is_dir() else []:
+        stem, _, suffix = f.name.partition(".")
+        if stem.isdigit() and int(stem) == version and suffix in ("json", "applied"):
+            stamps[suffix] = f.stat().st_mtime_ns
+    if len(stamps) < 2:
+        return None
+    return round((stamps["applied"] - stamps["json"]) / 1e6)
 
 
 def merged_frame(

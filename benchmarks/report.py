@@ -106,7 +106,7 @@ def markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
             f"**{_num(summ['geomean_row_level_merge_over_full_rewrite'], 3)}** | "
             f"**{_num(summ['geomean_row_level_merge_over_delta_rs'], 3)}** | | | |"
         )
-    lines += ["", "Cases:", ""]
+    lines += ["", *phase_table(records), "", "Cases:", ""]
     for r in records:
         name = f" (Delta: `{r['delta_name']}`)" if r["delta_name"] else ""
         lines.append(f"- `{r['case']}` [{r['group']}]{name}: {r['description']}")
@@ -116,6 +116,42 @@ def markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
             for p in r["problems"]:
                 lines.append(f"- {r['case']}: {p}")
     return "\n".join(lines) + "\n"
+
+
+def phase_table(records: list[dict[str, Any]]) -> list[str]:
+    """Where the time went: row_level_merge's phase timers and delta-rs's, plus memory and reads.
+
+    Peak RSS is the working process's: the Spark JVM for row_level_merge and the full rewrite,
+    the Python process for delta-rs. Reads are read() bytes of both processes (measure.py).
+    """
+    phases = ("materializeSourceTimeMs", "scanTimeMs", "rewriteTimeMs", "commitTimeMs")
+    lines = [
+        "Time per phase (ms, medians) and resources:",
+        "",
+        "| case | ours: source / scan / rewrite / commit / other | delta-rs: scan / rewrite / other "
+        "| ours: apply window ms | peak RSS MB (ours JVM / full JVM / delta-rs Python) "
+        "| MB read (ours / full / delta-rs) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        ours, theirs = r["systems"]["row_level_merge"], r["systems"]["delta_rs"]
+        cell_ours = cell_theirs = "—"
+        if ours.get("seconds") is not None:
+            p = ours.get("phases_ms", {})
+            other = round(ours["seconds"] * 1000) - sum(p.get(k, 0) for k in phases)
+            cell_ours = " / ".join(str(p.get(k, 0)) for k in phases) + f" / {other}"
+        if theirs.get("seconds") is not None:
+            p = theirs.get("phases_ms", {})
+            other = round(theirs["seconds"] * 1000) - p.get("scan_time_ms", 0) - p.get("rewrite_time_ms", 0)
+            cell_theirs = f"{p.get('scan_time_ms', 0)} / {p.get('rewrite_time_ms', 0)} / {other}"
+        rss = " / ".join(
+            _num(r["systems"][s].get("peak_rss_mb", {}).get(proc), 0)
+            for s, proc in (("row_level_merge", "jvm"), ("full_rewrite", "jvm"), ("delta_rs", "python"))
+        )
+        reads = " / ".join(_mb(r["systems"][s].get("read_bytes")) for s in SYSTEMS)
+        window = (ours.get("metrics") or {}).get("applyWindowMs")
+        lines.append(f"| {r['case']} | {cell_ours} | {cell_theirs} | {_num(window, 0)} | {rss} | {reads} |")
+    return lines
 
 
 def _pyplot() -> Any:
