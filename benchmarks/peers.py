@@ -328,6 +328,10 @@ def _delta_log(root: Path, version: int) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+# Spark's type names -> Delta's primitive type names, for partition columns.
+DELTA_TYPES = {"date": "date", "int": "integer", "bigint": "long", "string": "string"}
+
+
 class DeltaRs:
     name = "delta_rs"
 
@@ -338,6 +342,7 @@ class DeltaRs:
 
     def prepare(self, job: Job) -> None:
         from deltalake import DeltaTable, Field, Schema, convert_to_deltalake
+        from deltalake.schema import PrimitiveType
 
         self.job = job
         copy_table(job.base, job.copy_dir)
@@ -345,7 +350,7 @@ class DeltaRs:
         if job.base.partition_columns:
             partition_by = Schema(
                 [
-                    Field(f.name, f.dataType.simpleString())  # Spark's names of date/int/bigint/string
+                    Field(f.name, PrimitiveType(DELTA_TYPES.get(f.dataType.simpleString(), "string")))
                     for f in job.base.schema.fields
                     if f.name in job.base.partition_columns
                 ]
