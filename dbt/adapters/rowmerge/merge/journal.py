@@ -7,6 +7,7 @@ Layout (``_``-prefixed, so Spark, Hive, Trino and DuckDB never read it as data):
     <table>/_rowmerge_log/<version>.json           the entry; creating it (create-if-absent) commits
     <table>/_rowmerge_log/<version>.applied        written once every step of the entry is done
     <table>/_rowmerge_log/lock/                    the writer lease (see ``lock``)
+    <table>/_rowmerge_log/file_stats.json          a cache of file footers' statistics (not a commit)
 
 Version 0 describes the table as dbt created it (or as the first merge found it). A merge
 plans version ``read + 1`` while holding the lock and creates exactly that entry, so a writer
@@ -51,6 +52,7 @@ from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
 from .errors import ConcurrentMergeError, JournalError
+from .filestats import FileSummary, indexed_columns, parse_summary, summarize_files
 from .lock import LOCK_DIR
 from .sqltext import check_path_safe, parse_name
 from .storage import FileInfo, Storage, is_hidden
@@ -64,7 +66,6 @@ from .table import (
     partition_values,
     register_partitions,
     sql_name,
-    table_files,
 )
 
 logger = logging.getLogger("rowmerge")
@@ -74,6 +75,9 @@ STAGING_DIR = "staging"
 DATA_DIR = "data"
 CDF_DIR = "cdf"
 ENTRY_SUFFIX = ".json"
+# A cache of every data file's footer summary, keyed by path and checked against the listing's
+# size and mtime; never part of a commit (losing it only costs footer reads).
+STATS_INDEX = "file_stats.json"
 APPLIED_SUFFIX = ".applied"
 VERSION_DIGITS = 20
 ENTRY_FORMAT = 1
@@ -159,6 +163,8 @@ class Written(Protocol):
     def size(self) -> int: ...
     @property
     def rows(self) -> int | None: ...
+    @property
+    def summary(self) -> FileSummary | None: ...  # from the footer, if read
 
 
 class ChangeTable(Protocol):
@@ -192,11 +198,16 @@ class FileEntry:
     size: int
     rows: int | None
     staged: str | None = None  # None: the file was already in place (version 0, fences)
+    # Column statistics (filestats.FileSummary.to_json), like a Delta `add` action's `stats`:
+    # only an aid to skipping, so a reader that finds them odd ignores them.
+    stats: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "size": self.size, "rows": self.rows}
         if self.staged is not None:
             out = {"staged": self.staged, **out}
+        if self.stats is not None:
+            out["stats"] = self.stats
         return out
 
 
@@ -390,6 +401,7 @@ class _Reader:
                     size=f.integer("size"),
                     rows=rows,
                     staged=f.string("staged") if staged else None,
+                    stats=item["stats"] if isinstance(item.get("stats"), dict) else None,
                 )
             )
         return tuple(out)
@@ -504,6 +516,62 @@ class Journal:
         """Every data file of the table now, to prove at commit time that no one changed them."""
         return {self.storage.qualify(f.path): f for f in self.storage.list_data_files(self.location)}
 
+    # -- file statistics (a cache beside the journal; see filestats) ------------------------
+    @property
+    def stats_index_path(self) -> str:
+        return f"{self.log_dir}/{STATS_INDEX}"
+
+    def file_summaries(self, target: TargetTable, files: Mapping[str, FileInfo]) -> dict[str, FileSummary]:
+        """A footer summary of every file of ``files`` (a listing): from the index where its
+        size and mtime still match, from the footer otherwise (then remembered)."""
+        fields = indexed_columns(target.schema.fields, target.partition_columns)
+        index = self._read_stats_index()
+        out: dict[str, FileSummary] = {}
+        for path, info in files.items():
+            known = index.get(path)
+            if known is not None and known.get("size") == info.size and known.get("mtime") == info.mtime:
+                summary = parse_summary(known.get("rows"), known.get("stats"), fields)
+                if summary is not None:
+                    out[path] = summary
+        missing = {p: info.size for p, info in files.items() if p not in out}
+        if missing:
+            out.update(summarize_files(self.storage, missing, target.file_format, fields))
+            self.remember_summaries(files, out)
+        return out
+
+    def remember_summaries(self, files: Mapping[str, FileInfo], summaries: Mapping[str, FileSummary]) -> None:
+        """Write the index for ``files`` (path -> FileInfo, as the table will list them).
+
+        Best effort, and never part of a commit: a failed or torn write only means footers are
+        read again next time, since every use checks size and mtime against the listing.
+        """
+        index = {
+            p: {
+                "size": info.size,
+                "mtime": info.mtime,
+                "rows": summaries[p].rows,
+                "stats": summaries[p].to_json(),
+            }
+            for p, info in sorted(files.items())
+            if p in summaries
+        }
+        try:
+            self.storage.write_text(self.stats_index_path, json.dumps({"format": 1, "files": index}))
+        except Exception as exc:  # noqa: BLE001 - a cache; the merge does not depend on it
+            logger.warning(
+                "rowmerge: could not write the file statistics index %s: %s", self.stats_index_path, exc
+            )
+
+    def _read_stats_index(self) -> dict[str, dict[str, Any]]:
+        try:
+            raw = json.loads(self.storage.read_text(self.stats_index_path))
+        except Exception:  # noqa: BLE001 - absent, torn or foreign: start again from footers
+            return {}
+        files = raw.get("files") if isinstance(raw, dict) and raw.get("format") == 1 else None
+        if not isinstance(files, dict):
+            return {}
+        return {p: v for p, v in files.items() if isinstance(v, dict)}  # checked per use
+
     # -- validation (before the commit point, and before recovery touches anything) ---------
     def problems(self, entry: Entry, partition_columns: Sequence[str]) -> list[str]:
         """Why ``entry`` is not a commit this journal may apply (empty: it may)."""
@@ -610,8 +678,10 @@ class Journal:
         ``snapshot`` is the listing the caller read the table from (default: list it now).
         """
         found = self.snapshot() if snapshot is None else snapshot
+        summaries = self.file_summaries(target, found)
         files = tuple(
-            FileEntry(f["path"], f["size"], f["rows"]) for f in table_files(target, self.storage, found)
+            FileEntry(path, found[path].size, summaries[path].rows, stats=summaries[path].to_json() or None)
+            for path in sorted(found)
         )
         return Entry(
             version=0,
@@ -652,7 +722,13 @@ class Journal:
         (which the change rows repeat).
         """
         files = tuple(
-            FileEntry(f"{self.location}/{_below(f.path, staging.data_dir)}", f.size, f.rows, staged=f.path)
+            FileEntry(
+                f"{self.location}/{_below(f.path, staging.data_dir)}",
+                f.size,
+                f.rows,
+                staged=f.path,
+                stats=f.summary.to_json() or None if f.summary is not None else None,
+            )
             for f in added
         )
         partitions: set[str] = set()
