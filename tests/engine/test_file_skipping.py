@@ -88,7 +88,8 @@ def test_only_files_whose_ranges_hold_a_source_key_are_read(spark, db, partition
 
 def test_insert_only_merge_of_new_keys_opens_no_file(spark, db) -> None:
     t = four_files(spark, db, partitioned=False)
-    merge(spark, t, source_view(spark, f"{db}_s0", "id long, v string, p int", []), UPSERT)  # version 0
+    # Version 0 (with every file's statistics) and version 1.
+    merge(spark, t, source_view(spark, f"{db}_s0", "id long, v string, p int", [(1, "A", 1)]), UPSERT)
     src = source_view(spark, f"{db}_s", "id long, v string, p int", [(8, "h", 2), (4, "dup", 1)])
     insert_only = [{"when": "not_matched", "action": "insert", "values": "*"}]
     with garbled([p for p in file_snapshot(spark, t) if p not in files_of(spark, t, "id = 4")]):
@@ -120,18 +121,25 @@ def test_entries_record_statistics_of_version_0_and_of_added_files(spark, db) ->
     assert [h["version"] for h in history(spark, t)] == [1, 0]
 
 
-def test_files_the_index_does_not_vouch_for_are_read(spark, db) -> None:
-    """A file another writer added, and an index that is damaged, only cost footer reads."""
+def test_files_the_journal_does_not_describe_are_read(spark, db) -> None:
+    """A file another writer added costs a footer read; statistics an entry garbles make its
+    files candidates (read, never wrongly skipped)."""
     t = four_files(spark, db, partitioned=False)
     merge(spark, t, source_view(spark, f"{db}_s0", "id long, v string, p int", [(1, "A", 1)]), UPSERT)
     spark.sql(f"INSERT INTO {t} VALUES (50, 'x', 3)")  # a file rowmerge never saw
     src = source_view(spark, f"{db}_s", "id long, v string, p int", [(50, "X", 3)])
     result = merge(spark, t, src, UPSERT)
     assert (result.metrics["numTargetRowsUpdated"], result.metrics["numTargetRowsInserted"]) == (1, 0)
-    (Path(table_dir(spark, t)) / "_rowmerge_log" / "file_stats.json").write_text('{"format": 1, "files": {')
+    assert result.metrics["numTargetFilesAfterSkipping"] == 1
+    v0 = Path(table_dir(spark, t)) / "_rowmerge_log" / f"{0:020d}.json"
+    entry = json.loads(v0.read_text())
+    for f in entry["added"]:
+        f["stats"] = {"id": {"min": "one", "max": [2]}, "v": "garbled"}
+    v0.write_text(json.dumps(entry))
     src = source_view(spark, f"{db}_s3", "id long, v string, p int", [(6, "F", 2)])
     result = merge(spark, t, src, UPSERT)
-    assert (result.metrics["numTargetRowsUpdated"], result.metrics["numTargetFilesAfterSkipping"]) == (1, 1)
+    # The three files of version 0 still in place are candidates; the two later ones are not.
+    assert (result.metrics["numTargetRowsUpdated"], result.metrics["numTargetFilesAfterSkipping"]) == (1, 3)
     assert [r for r in rows(spark, t) if r[0] in (1, 6, 50)] == [(1, "A", 1), (6, "F", 2), (50, "X", 3)]
 
 

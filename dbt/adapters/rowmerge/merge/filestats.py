@@ -130,7 +130,7 @@ def parse_summary(rows: int | None, raw: Any, fields: Sequence[StructField]) -> 
             continue
         try:
             low, high = _from_json(item.get("min"), f.dataType), _from_json(item.get("max"), f.dataType)
-        except (ValueError, ArithmeticError):
+        except (ValueError, TypeError, ArithmeticError):
             continue
         nulls = item.get("nulls")
         if low <= high:

@@ -43,6 +43,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -77,7 +78,7 @@ CDF_DIR = "cdf"
 ENTRY_SUFFIX = ".json"
 # A cache of every data file's footer summary, keyed by path and checked against the listing's
 # size and mtime; never part of a commit (losing it only costs footer reads).
-STATS_INDEX = "file_stats.json"
+ENTRY_READ_THREADS = 8  # entries read at once when gathering file statistics
 APPLIED_SUFFIX = ".applied"
 VERSION_DIGITS = 20
 ENTRY_FORMAT = 1
@@ -516,61 +517,62 @@ class Journal:
         """Every data file of the table now, to prove at commit time that no one changed them."""
         return {self.storage.qualify(f.path): f for f in self.storage.list_data_files(self.location)}
 
-    # -- file statistics (a cache beside the journal; see filestats) ------------------------
-    @property
-    def stats_index_path(self) -> str:
-        return f"{self.log_dir}/{STATS_INDEX}"
+    # -- file statistics (recorded in the entries; see filestats) ---------------------------
+    def file_summaries(
+        self,
+        target: TargetTable,
+        files: Mapping[str, FileInfo],
+        versions: Sequence[int] = (),
+        pending: Sequence[Entry] = (),
+    ) -> dict[str, FileSummary]:
+        """A summary of every file of ``files`` (a listing), without opening the files the
+        journal describes.
 
-    def file_summaries(self, target: TargetTable, files: Mapping[str, FileInfo]) -> dict[str, FileSummary]:
-        """A footer summary of every file of ``files`` (a listing): from the index where its
-        size and mtime still match, from the footer otherwise (then remembered)."""
+        Like Delta's `add` actions, each entry records the statistics of the files it adds
+        (version 0: of every file found), so folding ``versions`` gives the statistics of
+        every file a commit left in place (``pending``: entries not written yet, folded last).
+        Only files the journal does not know, or knows
+        with another size (written by another engine, or before statistics were recorded),
+        have their footers read.
+        """
         fields = indexed_columns(target.schema.fields, target.partition_columns)
-        index = self._read_stats_index()
+        recorded = self._recorded_files(versions, pending)
         out: dict[str, FileSummary] = {}
         for path, info in files.items():
-            known = index.get(path)
-            if known is not None and known.get("size") == info.size and known.get("mtime") == info.mtime:
-                summary = parse_summary(known.get("rows"), known.get("stats"), fields)
+            known = recorded.get(path)
+            if known is not None and known.size == info.size and known.stats is not None:
+                summary = parse_summary(known.rows, known.stats, fields)
                 if summary is not None:
                     out[path] = summary
         missing = {p: info.size for p, info in files.items() if p not in out}
         if missing:
             out.update(summarize_files(self.storage, missing, target.file_format, fields))
-            self.remember_summaries(files, out)
         return out
 
-    def remember_summaries(self, files: Mapping[str, FileInfo], summaries: Mapping[str, FileSummary]) -> None:
-        """Write the index for ``files`` (path -> FileInfo, as the table will list them).
+    def _recorded_files(self, versions: Sequence[int], pending: Sequence[Entry]) -> dict[str, FileEntry]:
+        """The data files the entries of ``versions`` leave in place (path -> its entry).
 
-        Best effort, and never part of a commit: a failed or torn write only means footers are
-        read again next time, since every use checks size and mtime against the listing.
+        Entries are read a few at a time (each read is a round trip on object stores); one that
+        cannot be read only costs the footers of the files it added.
         """
-        index = {
-            p: {
-                "size": info.size,
-                "mtime": info.mtime,
-                "rows": summaries[p].rows,
-                "stats": summaries[p].to_json(),
-            }
-            for p, info in sorted(files.items())
-            if p in summaries
-        }
-        try:
-            self.storage.write_text(self.stats_index_path, json.dumps({"format": 1, "files": index}))
-        except Exception as exc:  # noqa: BLE001 - a cache; the merge does not depend on it
-            logger.warning(
-                "rowmerge: could not write the file statistics index %s: %s", self.stats_index_path, exc
-            )
 
-    def _read_stats_index(self) -> dict[str, dict[str, Any]]:
-        try:
-            raw = json.loads(self.storage.read_text(self.stats_index_path))
-        except Exception:  # noqa: BLE001 - absent, torn or foreign: start again from footers
-            return {}
-        files = raw.get("files") if isinstance(raw, dict) and raw.get("format") == 1 else None
-        if not isinstance(files, dict):
-            return {}
-        return {p: v for p, v in files.items() if isinstance(v, dict)}  # checked per use
+        def read(version: int) -> Entry | None:
+            try:
+                return self.read_entry(version)
+            except Exception:  # noqa: BLE001 - statistics are an aid; recovery judges entries
+                return None
+
+        with ThreadPoolExecutor(max_workers=ENTRY_READ_THREADS) as pool:
+            entries = list(pool.map(read, sorted(versions)))
+        out: dict[str, FileEntry] = {}
+        for entry in [*entries, *pending]:
+            if entry is None:
+                continue
+            for f in entry.removed:
+                out.pop(f.path, None)
+            for f in entry.added:
+                out[f.path] = f
+        return out
 
     # -- validation (before the commit point, and before recovery touches anything) ---------
     def problems(self, entry: Entry, partition_columns: Sequence[str]) -> list[str]:

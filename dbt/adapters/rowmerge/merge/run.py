@@ -93,7 +93,6 @@ class Commit:
     initial: Entry | None  # version 0 to write first, for a table without a journal
     time: datetime  # the entry's timestamp, _commit_timestamp, and what current_timestamp() reads
     skipping: Skipping | None  # how footer statistics rule files out (None: they cannot)
-    summaries: dict[str, FileSummary] | None  # every file's footer summary, if read
 
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
@@ -116,7 +115,7 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
             raw_source = read_source(spark, parsed.source)
             plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
             changes = prepare_changes_table(spark, plan, journal.storage) if parsed.change_data_feed else None
-            summaries = _summaries(plan, journal, snapshot)
+            summaries = _summaries(plan, journal, snapshot, versions, initial)
             skipping = plan_skipping(plan, summaries) if summaries is not None else None
 
             logger.info("rowmerge: materializing source %s", parsed.source)
@@ -130,7 +129,6 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
                 initial,
                 commit_time,
                 skipping,
-                summaries,
             )
             try:
                 version = _merge(spark, plan, source, journal, lock, commit, metrics)
@@ -154,16 +152,21 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
 
 
 def _summaries(
-    plan: MergePlan, journal: Journal, snapshot: dict[str, FileInfo]
+    plan: MergePlan,
+    journal: Journal,
+    snapshot: dict[str, FileInfo],
+    versions: list[int],
+    initial: Entry | None,
 ) -> dict[str, FileSummary] | None:
-    """Every file's footer summary, when some key column could use them to skip files."""
+    """Every file's statistics (from the journal), when some key column could use them to skip
+    files."""
     target = plan.target
     if plan.not_matched_by_source or target.file_format != "parquet" or len(snapshot) > MAX_SKIPPING_FILES:
         return None
     parts = {c.lower() for c in target.partition_columns}
     if not any(t.lower() not in parts and indexable(target.field(t)) for t, _ in plan.key_pairs):
         return None
-    return journal.file_summaries(target, snapshot)
+    return journal.file_summaries(target, snapshot, versions, [initial] if initial else [])
 
 
 def _recover(spark: SparkSession, journal: Journal, lock: TableLock, target: TargetTable) -> Recovery:
@@ -259,8 +262,6 @@ def _merge(
             journal.check_unchanged(entry, commit.snapshot)
             _check_columns_unchanged(spark, plan)
             _add_evolved_columns(spark, plan, commit.changes)
-            if commit.summaries is not None:
-                _remember_summaries(journal, commit, entry, staged, replaced)
             journal.commit(entry, commit.initial)
             committed = True
             fault_point("entry")
@@ -273,21 +274,6 @@ def _merge(
         release(scan)
         if not committed:
             journal.discard(staging)
-
-
-def _remember_summaries(
-    journal: Journal, commit: Commit, entry: Entry, staged: list[StagedFile], replaced: dict[str, int]
-) -> None:
-    """Index the footer summaries of the table as this commit leaves it (a cache: a commit
-    that then fails only leaves entries that no listing will match)."""
-    assert commit.summaries is not None
-    files = {p: f for p, f in commit.snapshot.items() if p not in replaced}
-    summaries = dict(commit.summaries)
-    for final, f in zip(entry.added, staged, strict=True):
-        if f.summary is not None:
-            files[final.path] = FileInfo(final.path, f.size, f.mtime)  # a move keeps size and mtime
-            summaries[final.path] = f.summary
-    journal.remember_summaries(files, summaries)
 
 
 def _record_counts(

@@ -105,7 +105,7 @@ def _broadcast_threshold(spark: SparkSession) -> int:
     """
     raw = str(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", "10485760b"))
     try:
-        jvm = spark._jvm  # type: ignore[attr-defined]
+        jvm: Any = spark._jvm  # type: ignore[attr-defined]
         threshold = int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(raw))
         heap = int(jvm.java.lang.Runtime.getRuntime().maxMemory())
     except Exception:  # Spark Connect or an odd value: be conservative
