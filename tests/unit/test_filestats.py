@@ -120,6 +120,7 @@ def test_summary_round_trips_through_json_and_ignores_what_it_cannot_read(tmp_pa
     raw["name"] = {"min": "z", "max": "a"}  # min above max
     assert set(parse_summary(s.rows, raw, FIELDS).columns) == {"amount"}
     assert parse_summary(None, raw, FIELDS) is None
+    assert parse_summary(4, {"id": {"min": [2], "max": {"x": 3}}}, FIELDS).columns == {}
     assert parse_summary(4, ["not", "a", "mapping"], FIELDS) is None
 
 

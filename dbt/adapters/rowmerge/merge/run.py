@@ -221,7 +221,7 @@ def _merge(
                 spark, plan, source, pruned, scan, staging.data_dir, journal.storage
             )
         _record_counts(metrics, scan, staged, removed)
-        if files is not None:
+        if files is not None and scan is None:  # insert-only: the files read for the anti-join
             metrics["numTargetFilesAfterSkipping"] = len(files)
         if not staged and not removed:
             logger.info("rowmerge: nothing to change in %s", target.name)

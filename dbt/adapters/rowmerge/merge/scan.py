@@ -183,6 +183,20 @@ def find_touched_files(
         ),
         F.first("size").alias("size"),
     )
+    if plan.not_matched:
+        # The insert candidates (source rows no target row matched) are counted in the same
+        # job, as one more row of the result (f NULL).
+        matched_ids = classified.where(F.col("pair") == 1).select(F.col("sid").alias(SRC_ID))
+        result.insert_source = source.df.join(matched_ids, SRC_ID, "left_anti")
+        nm_idx = action_index(plan.not_matched)
+        inserts = (
+            result.insert_source.alias(plan.sa).where(nm_idx != NO_ACTION).agg(F.count(F.lit(1)).alias("ins"))
+        )
+        per_file = per_file.withColumn("ins", F.lit(None).cast("long")).unionByName(
+            inserts.select(
+                *[F.lit(None).cast(per_file.schema[c].dataType).alias(c) for c in per_file.columns], "ins"
+            )
+        )
     dup_rows, samples = 0, []
     try:
         collected = per_file.collect()
@@ -190,6 +204,9 @@ def find_touched_files(
         release(result)
         raise
     for r in collected:
+        if r["f"] is None:  # the insert count (see above); a file path is never NULL
+            result.inserted = int(r["ins"] or 0)
+            continue
         result.files_scanned += 1
         result.matched_updated += int(r["m_upd"] or 0)
         result.matched_deleted += int(r["m_del"] or 0)
@@ -204,12 +221,6 @@ def find_touched_files(
         samples.sort()
         raise CardinalityViolation(plan.target.name, dup_rows, samples[:MAX_CARDINALITY_SAMPLES])
     result.touched.sort(key=lambda fs: fs.path)
-    if plan.not_matched:
-        assert result.cached is not None
-        matched_ids = result.cached.where(F.col("pair") == 1).select(F.col("sid").alias(SRC_ID))
-        result.insert_source = source.df.join(matched_ids, SRC_ID, "left_anti")
-        nm_idx = action_index(plan.not_matched)
-        result.inserted = result.insert_source.alias(plan.sa).where(nm_idx != NO_ACTION).count()
     return result
 
 

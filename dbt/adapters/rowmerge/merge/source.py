@@ -2,8 +2,8 @@
 
 A model's SQL often reads ``{{ this }}``; evaluating it again after files were rewritten
 would see a different table. ``localCheckpoint`` runs the source plan once and cuts its
-lineage, so no later job can silently re-evaluate it. The same job counts the rows and
-collects the key statistics the scan uses to prune the target.
+lineage, so no later job can silently re-evaluate it. The job that checkpoints it also counts
+the rows and collects the key statistics the scan uses to prune the target.
 """
 
 from __future__ import annotations
@@ -146,7 +146,9 @@ def materialize(
     df = (
         source.withColumn(SRC_PRESENT, F.lit(True))
         .withColumn(SRC_ID, F.monotonically_increasing_id())
-        .localCheckpoint(eager=True)
+        # Lazy: the statistics job below is the first to compute it, and checkpoints every
+        # partition as it goes (one job instead of a count and then the statistics).
+        .localCheckpoint(eager=False)
     )
     aliased = df.alias(plan.sa)
     aggs = [F.count(F.lit(1)).alias("n")]
