@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-unit test-engine test-functional test-integration lint bench fuzz clean
+.PHONY: demo test test-unit test-engine test-functional test-integration lint bench bench-quick bench-scale fuzz clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -33,8 +33,20 @@ JOBS ?= 3
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.differential.fuzz --n $(N) --seed $(SEED) --jobs $(JOBS)
 
+# The merge benchmark (Delta Lake's grid + our cases; row_level_merge vs full rewrite vs delta-rs):
+# 10M rows in 64 files, 3 timed runs per case and system; results in benchmarks/results/.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py --rows 10000000 --files 64 --repeat 3
+
+# Smoke run of every case: 200k rows in 8 files, one run, results in a scratch folder.
+BENCH_QUICK_OUT ?= /tmp/rowmerge-bench-quick
+bench-quick: $(STAMP)
+	$(BIN)/python benchmarks/run.py --rows 200000 --files 8 --repeat 1 --no-warmup \
+		--out $(BENCH_QUICK_OUT) --work $(BENCH_QUICK_OUT)/work
+
+# The scale curve (1M, 10M, 50M rows; not part of `make bench`).
+bench-scale: $(STAMP)
+	$(BIN)/python benchmarks/run.py --scale --rows 10000000 --files 64
 
 clean:
 	rm -rf $(VENV) integration_project/target integration_project/logs

@@ -1,153 +1,70 @@
-"""Benchmark: row_level_merge against rewriting the whole table, on the same data, same run.
+"""Benchmark: row_level_merge against a full table rewrite and delta-rs, same files, same run.
 
-Each named scenario builds a fresh Parquet table, applies one change batch twice — once with
-``run_merge`` and once with the baseline a dbt-spark user has today on plain Parquet (compute the
-merged table and overwrite it entirely) — checks that both end states are identical row for
-row, and records wall time, bytes written and files rewritten. Results go to
-``benchmarks/results/`` as JSON, a markdown table and a PNG chart; figures are ratios against the
-baseline measured in the same run.
+Generates a web_returns-shaped Parquet table (``webreturns.py``), then runs each case
+(``cases.py``: Delta Lake's 16-case merge grid, the merges it lacks, the dbt-shaped scenarios)
+on every system (``peers.py``). Each repetition starts from a fresh copy of the table (copying,
+registering and converting are not timed); after a warm-up, the median of ``--repeat`` timed
+runs is reported. Every system must end with the identical table: a hash over all columns of
+all rows is compared after the warm-up and after the last repetition, and a mismatch fails the
+case (and the run's exit code). Results go to ``--out`` as JSON, a markdown table and a chart
+(``report.py``).
 
-    python benchmarks/run.py [--rows 5000000] [--files 64] [--scenarios a,b]
+    python benchmarks/run.py --rows N --files F [--cases a,b] [--repeat 3] [--scale] [--out DIR]
+
+``--cases`` takes case names or the groups ``grid``, ``extra``, ``dbt``, ``all`` (default).
+``--scale`` runs instead the (0.05, 0.01, 0.1) upsert and the 100-row upsert at ``--scale-rows``
+(default 1M, 10M, 50M rows), one repetition per point, with the file size of ``--rows`` /
+``--files`` kept at every point, and draws the scale chart.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
+import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+import traceback
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
+sys.path.insert(0, str(ROOT))
 
-from dbt.adapters.rowmerge.merge import run_merge, start_history  # noqa: E402
-from dbt.adapters.rowmerge.merge.storage import is_hidden  # noqa: E402
+import cases as case_list  # noqa: E402
+import report  # noqa: E402
+from cases import Case  # noqa: E402
+from measure import Usage, measured  # noqa: E402
+from peers import SOURCE_VIEW, SYSTEMS, Done, Job, table_hash  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from webreturns import BaseTable, generate, write_source  # noqa: E402
 
-WORK = ROOT / "work"
-RESULTS = ROOT / "results"
-
-
-@dataclass
-class Scenario:
-    name: str
-    description: str
-    partitioned: bool
-    make_source: Callable[[SparkSession, int], DataFrame]
-    clauses: list[dict[str, Any]]
-    change_data_feed: bool = False
+SYSTEM_ORDER = ("row_level_merge", "full_rewrite", "delta_rs")
+# Counters both engines report that must agree (updates may differ: row_level_merge does not
+# count an update that changes nothing, see skip_unchanged_updates).
+SAME_COUNTERS = ("inserted", "deleted")
 
 
-UPSERT = [
-    {"when": "matched", "action": "update", "set": "*"},
-    {"when": "not_matched", "action": "insert", "values": "*"},
-]
-CDC = [
-    {"when": "matched", "condition": "s.op = 'D'", "action": "delete"},
-    {
-        "when": "matched",
-        "action": "update",
-        "set": {"amount": "s.amount", "status": "s.status", "updated_at": "s.updated_at"},
-    },
-    {
-        "when": "not_matched",
-        "condition": "s.op <> 'D'",
-        "action": "insert",
-        "values": {
-            "id": "s.id",
-            "customer": "s.customer",
-            "amount": "s.amount",
-            "status": "s.status",
-            "updated_at": "s.updated_at",
-            "day": "s.day",
-        },
-    },
-]
-
-
-def base_rows(spark: SparkSession, rows: int) -> DataFrame:
-    """The table: ids in load order, so recent ids sit in the last files (as in real tables)."""
-    return spark.range(rows).select(
-        F.col("id"),
-        (F.col("id") % 50_000).alias("customer"),
-        (F.col("id") % 997 / 10.0).alias("amount"),
-        F.lit("open").alias("status"),
-        F.timestamp_seconds(F.lit(1_700_000_000) + F.col("id")).alias("updated_at"),
-        F.floor(F.col("id") * 30 / rows).cast("int").alias("day"),
-    )
-
-
-def changed(df: DataFrame) -> DataFrame:
-    return df.withColumn("amount", F.col("amount") + 1).withColumn("status", F.lit("paid"))
-
-
-def src_recent(spark: SparkSession, rows: int) -> DataFrame:
-    """1% of rows updated, all among the newest 2%, plus 1% new rows."""
-    n = rows // 100
-    upd = changed(base_rows(spark, rows).where(F.col("id") >= rows - 2 * n).where(F.col("id") % 2 == 0))
-    new = base_rows(spark, rows + n).where(F.col("id") >= rows)
-    return upd.unionByName(new)
-
-
-def src_scattered(spark: SparkSession, rows: int) -> DataFrame:
-    """0.1% of rows updated, spread evenly over the whole table (touches every file)."""
-    return changed(base_rows(spark, rows).where(F.col("id") % 1000 == 7))
-
-
-def src_insert_only(spark: SparkSession, rows: int) -> DataFrame:
-    return base_rows(spark, rows + rows // 50).where(F.col("id") >= rows)
-
-
-def src_cdc(spark: SparkSession, rows: int) -> DataFrame:
-    """Partitioned table: changes to the last two days: updates, deletes and new rows."""
-    n = rows // 100
-    recent = base_rows(spark, rows).where(F.col("day") >= 28)
-    upd = changed(recent.where(F.col("id") % 7 == 0)).withColumn("op", F.lit("U"))
-    dele = recent.where(F.col("id") % 7 == 1).withColumn("op", F.lit("D"))
-    new = base_rows(spark, rows + n).where(F.col("id") >= rows).withColumn("day", F.lit(29))
-    return upd.unionByName(dele).unionByName(new.withColumn("op", F.lit("I")))
-
-
-SCENARIOS = [
-    Scenario("upsert_recent", "1% updates among the newest rows + 1% inserts", False, src_recent, UPSERT),
-    Scenario(
-        "upsert_recent_cdf",
-        "the same with change_data_feed on",
-        False,
-        src_recent,
-        UPSERT,
-        change_data_feed=True,
-    ),
-    Scenario("upsert_scattered", "0.1% updates spread over every file", False, src_scattered, UPSERT),
-    Scenario("insert_only", "2% new rows, insert-only merge", False, src_insert_only, [UPSERT[1]]),
-    Scenario(
-        "partitioned_cdc", "30 day partitions; CDC updates/deletes/inserts in the last 2", True, src_cdc, CDC
-    ),
-]
-
-
-def spark_session() -> SparkSession:
+def spark_session(work: Path, driver_memory: str) -> SparkSession:
     builder = (
         SparkSession.builder.master(os.environ.get("BENCH_MASTER", "local[2]"))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.driver.memory", "4g")
-        .config("spark.sql.warehouse.dir", str(WORK / "warehouse"))
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.sql.warehouse.dir", str(work / "warehouse"))
         .config("spark.sql.ansi.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
         .config(
             "spark.hadoop.javax.jdo.option.ConnectionURL",
-            f"jdbc:derby:;databaseName={WORK / 'metastore_db'};create=true",
+            f"jdbc:derby:;databaseName={work / 'metastore_db'};create=true",
         )
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={WORK}")
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={work}")
         .enableHiveSupport()
     )
     spark = builder.getOrCreate()
@@ -155,220 +72,250 @@ def spark_session() -> SparkSession:
     return spark
 
 
-def create_target(spark: SparkSession, name: str, sc: Scenario, rows: int, files: int) -> None:
-    """The table as dbt's first run leaves it: written, then version 0 (and its change table)."""
-    df = base_rows(spark, rows)
-    if sc.partitioned:
-        df.repartitionByRange(files, "day", "id").write.format("parquet").partitionBy("day").saveAsTable(name)
-    else:
-        df.repartitionByRange(files, "id").write.format("parquet").saveAsTable(name)
-    start_history(spark, name, "CREATE TABLE", f"{name}__changes" if sc.change_data_feed else None)
-
-
-def apply_window_ms(spark: SparkSession, table: str, version: int) -> int:
-    """Commit point to applied marker: how long readers may see old and new files together."""
-    log = Path(location(spark, table)) / "_rowmerge_log"
-    entry = (log / f"{version:020d}.json").stat().st_mtime_ns
-    applied = (log / f"{version:020d}.applied").stat().st_mtime_ns
-    return round((applied - entry) / 1e6)
-
-
-def dir_bytes(path: str) -> tuple[int, int]:
-    """Bytes and files readers see under ``path`` (Spark's hidden-name rule)."""
-    total, count = 0, 0
-    for dirpath, dirnames, filenames in os.walk(path):
-        dirnames[:] = [d for d in dirnames if not is_hidden(d)]
-        for f in filenames:
-            if not is_hidden(f):
-                total += os.path.getsize(os.path.join(dirpath, f))
-                count += 1
-    return total, count
-
-
-def location(spark: SparkSession, table: str) -> str:
-    row = [r for r in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect() if r[0] == "Location"][0]
-    return str(row[1]).replace("file:", "")
-
-
-def baseline_full_rewrite(spark: SparkSession, table: str, sc: Scenario) -> dict[str, Any]:
-    """What plain dbt-spark offers: compute the merged table, overwrite all of it."""
-    start = time.monotonic()
-    t = spark.table(table).alias("t")
-    s = spark.table(f"{table}_src").alias("s")
-    cols = [c for c in spark.table(table).columns]
-    joined = t.join(s, F.col("t.id") == F.col("s.id"), "full_outer")
-    is_delete = F.col("s.op") == "D" if "op" in spark.table(f"{table}_src").columns else F.lit(False)
-    keep = ~(F.col("s.id").isNotNull() & F.coalesce(is_delete, F.lit(False)))
-    merged = joined.where(keep).select(
-        *[
-            F.when(F.col("s.id").isNotNull(), F.col(f"s.{c}")).otherwise(F.col(f"t.{c}")).alias(c)
-            for c in cols
-        ]
-    )
-    out = f"{table}_baseline"
-    writer = merged.write.format("parquet")
-    if sc.partitioned:
-        writer = writer.partitionBy("day")
-    writer.saveAsTable(out)
-    seconds = time.monotonic() - start
-    size, files = dir_bytes(location(spark, out))
-    return {"seconds": seconds, "bytes_written": size, "files_written": files, "table": out}
-
-
-def checksum(spark: SparkSession, table: str) -> tuple[int, int]:
-    cols = ["id", "customer", "amount", "status", "updated_at", "day"]
-    row = spark.table(table).select(F.count("*"), F.sum(F.xxhash64(*cols))).collect()[0]
-    return int(row[0]), int(row[1] or 0)
-
-
 @dataclass
-class Outcome:
-    scenario: str
-    description: str
-    rows: int
-    files: int
-    source_rows: int
-    merge_seconds: float
-    baseline_seconds: float
-    merge_bytes_written: int
-    baseline_bytes_written: int
-    files_rewritten: int
-    files_added: int
-    change_files_added: int
-    apply_window_ms: int
-    time_ratio: float
-    bytes_ratio: float
-    identical: bool
-    metrics: dict[str, int]
+class SystemRuns:
+    """One system's timed repetitions of one case (and its hashes and error, if any)."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    hashes: list[list[int]] = field(default_factory=list)
+    error: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        if not self.runs:
+            return {"error": self.error, "hashes": self.hashes}
+        seconds = [r["seconds"] for r in self.runs]
+        phases: dict[str, list[int]] = {}
+        for r in self.runs:
+            for k, v in r["phases_ms"].items():
+                phases.setdefault(k, []).append(v)
+        return {
+            "seconds": round(statistics.median(seconds), 3),
+            "seconds_all": [round(s, 3) for s in seconds],
+            "spark_jobs": statistics.median(r["spark_jobs"] for r in self.runs),
+            "read_bytes": int(statistics.median(r["read_bytes"] for r in self.runs)),
+            "written_bytes": int(statistics.median(r["written_bytes"] for r in self.runs)),
+            "peak_rss_mb": {
+                k: max(r["peak_rss_mb"].get(k, 0.0) for r in self.runs) for k in self.runs[0]["peak_rss_mb"]
+            },
+            "phases_ms": {k: int(statistics.median(v)) for k, v in phases.items()},
+            "counters": self.runs[-1]["counters"],
+            "metrics": self.runs[-1]["metrics"],
+            "hashes": self.hashes,
+            "error": self.error,
+        }
 
 
-def run_scenario(spark: SparkSession, sc: Scenario, rows: int, files: int) -> Outcome:
-    table = f"bench.{sc.name}"
-    spark.sql(f"DROP TABLE IF EXISTS {table}")
-    spark.sql(f"DROP TABLE IF EXISTS {table}_baseline")
-    spark.sql(f"DROP TABLE IF EXISTS {table}__changes")
-    create_target(spark, table, sc, rows, files)
-    # Both contenders read the same materialized change batch.
-    sc.make_source(spark, rows).write.format("parquet").mode("overwrite").saveAsTable(f"{table}_src")
-    spark.sql(f"CACHE TABLE {table}_src")
-    source_rows = spark.table(f"{table}_src").count()
+def run_case(
+    spark: SparkSession,
+    case: Case,
+    base: BaseTable,
+    source_dir: Path,
+    source_rows: int,
+    work: Path,
+    repeat: int,
+    warmup: bool,
+) -> dict[str, Any]:
+    """All systems on one case: warm-up, ``repeat`` timed runs, hash checks; the case's record."""
+    spark.read.format("parquet").load(str(source_dir)).createOrReplaceTempView(SOURCE_VIEW)
+    clauses = case.clause_list(base)
+    systems = {name: SYSTEMS[name]() for name in SYSTEM_ORDER}
+    results = {name: SystemRuns() for name in SYSTEM_ORDER}
+    total = repeat + (1 if warmup else 0)
+    check_at = {0, total - 1}
+    slug = "".join(ch if ch.isalnum() else "_" for ch in case.name)
+    for rep in range(total):
+        for name, system in systems.items():
+            res = results[name]
+            if res.error:
+                continue
+            job = Job(spark, case, base, clauses, source_dir, work / "runs" / name / slug, f"bench.t_{slug}")
+            try:
+                system.prepare(job)
+                with measured(spark, f"{case.name} {name}") as usage:
+                    done: Done = system.merge()
+                system.after(done)
+                if rep in check_at:
+                    res.hashes.append(list(table_hash(system.result(), base.columns)))
+                if rep >= total - repeat:
+                    res.runs.append(_run_record(usage, done))
+            except Exception:
+                res.error = traceback.format_exc(limit=8)
+                print(f"\n!!!!! {case.name}: {name} FAILED\n{res.error}", file=sys.stderr, flush=True)
+            finally:
+                system.cleanup()
+    problems = _problems(case, results)
+    for p in problems:
+        print(f"\n!!!!! {case.name}: {p}", file=sys.stderr, flush=True)
+    return {
+        "case": case.name,
+        "group": case.group,
+        "delta_name": case.delta_name,
+        "description": case.description,
+        "table": case.table,
+        "rows": base.rows,
+        "files": len(base.files),
+        "table_bytes": base.bytes,
+        "source_rows": source_rows,
+        "on": case.on,
+        "clauses": clauses,
+        "change_data_feed": case.change_data_feed,
+        "identical": not problems,
+        "problems": problems,
+        "systems": {name: r.summary() for name, r in results.items()},
+    }
 
-    base = baseline_full_rewrite(spark, table, sc)
-    start = time.monotonic()
-    result = run_merge(
-        spark,
-        {
-            "target": table,
-            "source": f"{table}_src",
-            "target_alias": "t",
-            "source_alias": "s",
-            "on": "t.id = s.id",
-            "clauses": sc.clauses,
-            "change_data_feed": {"table": f"{table}__changes"} if sc.change_data_feed else None,
-        },
-    )
-    merge_seconds = time.monotonic() - start
-    m = result.metrics
-    # With change_data_feed the change rows are written too: they count as bytes written.
-    change_bytes = dir_bytes(location(spark, f"{table}__changes"))[0] if sc.change_data_feed else 0
-    identical = checksum(spark, table) == checksum(spark, base["table"])
-    spark.sql(f"UNCACHE TABLE {table}_src")
-    return Outcome(
-        scenario=sc.name,
-        description=sc.description,
-        rows=rows,
-        files=files,
-        source_rows=source_rows,
-        merge_seconds=round(merge_seconds, 2),
-        baseline_seconds=round(base["seconds"], 2),
-        merge_bytes_written=m["numTargetBytesAdded"] + change_bytes,
-        baseline_bytes_written=base["bytes_written"],
-        files_rewritten=m["numTargetFilesRemoved"],
-        files_added=m["numTargetFilesAdded"],
-        change_files_added=m["numTargetChangeFilesAdded"],
-        apply_window_ms=apply_window_ms(spark, table, result.version),
-        time_ratio=round(merge_seconds / base["seconds"], 3),
-        bytes_ratio=round((m["numTargetBytesAdded"] + change_bytes) / max(base["bytes_written"], 1), 4),
-        identical=identical,
-        metrics=m,
-    )
+
+def _run_record(usage: Usage, done: Done) -> dict[str, Any]:
+    return {**asdict(usage), "counters": done.counters, "phases_ms": done.phases_ms, "metrics": done.metrics}
 
 
-def write_results(outcomes: list[Outcome], args: argparse.Namespace) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    meta = {
+def _problems(case: Case, results: dict[str, SystemRuns]) -> list[str]:
+    """Why the case failed: an error, a table that differs, or a counter Delta's checks forbid."""
+    out = [f"{name} raised an error" for name, r in results.items() if r.error]
+    hashes = {name: r.hashes for name, r in results.items() if r.hashes}
+    reference = next((h[0] for h in hashes.values()), None)
+    for name, hs in hashes.items():
+        for h in hs:
+            if h != reference:
+                out.append(
+                    f"RESULT MISMATCH: {name} ended with (rows, xxhash64 sum, murmur3 sum) = {h}, "
+                    f"{next(iter(hashes))} with {reference}"
+                )
+                break
+    for name in ("row_level_merge", "delta_rs"):
+        for r in results[name].runs[-1:]:
+            for counter in case.expect_zero:
+                value = r["counters"].get(counter)
+                if value not in (None, 0):
+                    out.append(f"{name}: {counter} = {value}, expected 0 for this case")
+    ours, theirs = results["row_level_merge"].runs, results["delta_rs"].runs
+    if ours and theirs:
+        for counter in SAME_COUNTERS:
+            a, b = ours[-1]["counters"].get(counter), theirs[-1]["counters"].get(counter)
+            if a is not None and b is not None and a != b:
+                out.append(f"counters disagree: {counter} row_level_merge={a}, delta_rs={b}")
+    return out
+
+
+def run_cases(
+    spark: SparkSession, cases: list[Case], rows: int, files: int, work: Path, repeat: int, warmup: bool
+) -> list[dict[str, Any]]:
+    bases: dict[str, BaseTable] = {}
+    sources: dict[str, tuple[Path, int]] = {}
+    records = []
+    for case in cases:
+        if case.table not in bases:
+            started = time.monotonic()
+            bases[case.table] = generate(spark, case.table, rows, files, work / "base" / case.table)
+            b = bases[case.table]
+            print(
+                f"table {case.table}: {b.rows:,} rows in {len(b.files)} files, {b.bytes / 1e6:.1f} MB "
+                f"({time.monotonic() - started:.1f} s)",
+                flush=True,
+            )
+        base = bases[case.table]
+        if case.source_key not in sources:
+            path = work / "sources" / case.source_key.replace("/", "__")
+            sources[case.source_key] = (path, write_source(spark, case.source, base, path))
+        source_dir, source_rows = sources[case.source_key]
+        started = time.monotonic()
+        record = run_case(spark, case, base, source_dir, source_rows, work, repeat, warmup)
+        records.append(record)
+        print(report.case_line(record) + f"  [{time.monotonic() - started:.0f} s]", flush=True)
+    return records
+
+
+def meta(args: argparse.Namespace, started: float, spark: SparkSession) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    def _version(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except Exception:
+            return "?"
+
+    try:
+        mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
+    except (ValueError, OSError):
+        mem_gb = 0
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    python = platform.python_version()
+    return {
         "rows": args.rows,
         "files": args.files,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "master": os.environ.get("BENCH_MASTER", "local[2]"),
+        "repeat": args.repeat,
+        "warmup": not args.no_warmup,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {mem_gb} GiB, Python {python}",
+        "master": spark.sparkContext.master,
+        "driver_memory": args.driver_memory,
+        "versions": {p: _version(p) for p in ("pyspark", "deltalake", "pyarrow", "dbt-rowmerge")},
+        "commit": commit,
         "date": time.strftime("%Y-%m-%d"),
+        "duration_s": round(time.monotonic() - started),
     }
-    (RESULTS / "results.json").write_text(
-        json.dumps({"meta": meta, "scenarios": [asdict(o) for o in outcomes]}, indent=1)
-    )
-    lines = [
-        f"Table of {args.rows:,} rows in {args.files} Parquet files; {meta['machine']}; Spark "
-        f"`{meta['master']}`; {meta['date']}. Ratios are row_level_merge / full rewrite, same run.",
-        "",
-        "| scenario | change rows | files rewritten | merge s | full rewrite s | time ratio | bytes ratio "
-        "| apply window ms | same result |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for o in outcomes:
-        lines.append(
-            f"| {o.scenario} — {o.description} | {o.source_rows:,} | {o.files_rewritten} of "
-            f"{o.metrics['numTargetFilesBeforeSkipping']} | {o.merge_seconds} | {o.baseline_seconds} | "
-            f"{o.time_ratio} | {o.bytes_ratio} | {o.apply_window_ms} | {'yes' if o.identical else 'NO'} |"
-        )
-    (RESULTS / "results.md").write_text("\n".join(lines) + "\n")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no chart")
-        return
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    names = [o.scenario for o in outcomes]
-    x = range(len(names))
-    ax.bar([i - 0.2 for i in x], [o.time_ratio for o in outcomes], 0.4, label="time")
-    ax.bar([i + 0.2 for i in x], [o.bytes_ratio for o in outcomes], 0.4, label="bytes written")
-    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    ax.set_xticks(list(x), names)
-    ax.set_ylabel("row_level_merge / full rewrite")
-    ax.set_title(f"dbt-rowmerge vs full table rewrite ({args.rows:,} rows, {args.files} files)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "chart.png", dpi=110)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--files", type=int, default=64)
-    parser.add_argument("--scenarios", default=",".join(s.name for s in SCENARIOS))
-    args = parser.parse_args()
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True)
-    spark = spark_session()
+    parser.add_argument("--cases", default="all", help="case names or groups (grid, extra, dbt, all)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed repetitions per case and system")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed first repetition")
+    parser.add_argument("--scale", action="store_true", help="run the scale curve instead of the cases")
+    parser.add_argument("--scale-rows", default="1000000,10000000,50000000")
+    parser.add_argument("--out", type=Path, default=ROOT / "results", help="where results are written")
+    parser.add_argument("--work", type=Path, default=ROOT / "work", help="scratch space for tables")
+    parser.add_argument("--driver-memory", default="4g")
+    args = parser.parse_args(argv)
+
+    started = time.monotonic()
+    work: Path = args.work.resolve()
+    for sub in ("base", "sources", "runs", "warehouse", "metastore_db"):
+        shutil.rmtree(work / sub, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    spark = spark_session(work, args.driver_memory)
     spark.sql("CREATE DATABASE IF NOT EXISTS bench")
-    wanted = args.scenarios.split(",")
-    outcomes = []
-    for sc in SCENARIOS:
-        if sc.name in wanted:
-            o = run_scenario(spark, sc, args.rows, args.files)
-            print(json.dumps({k: v for k, v in asdict(o).items() if k != "metrics"}), flush=True)
-            outcomes.append(o)
-    write_results(outcomes, args)
-    print((RESULTS / "results.md").read_text())
-    failed = [o.scenario for o in outcomes if not o.identical]
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    if args.scale:
+        records = run_scale(spark, args, work)
+        report.write_scale(args.out, meta(args, started, spark), records)
+        print((args.out / "scale.md").read_text())
+    else:
+        cases = case_list.select(args.cases)
+        records = run_cases(spark, cases, args.rows, args.files, work, args.repeat, not args.no_warmup)
+        report.write_results(args.out, meta(args, started, spark), records)
+        print((args.out / "results.md").read_text())
+    failed = [r["case"] for r in records if not r["identical"]]
     if failed:
-        print(f"RESULT MISMATCH in {failed}", file=sys.stderr)
+        print(f"\n!!!!! FAILED CASES ({len(failed)}): {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def run_scale(spark: SparkSession, args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """The scale curve: each SCALE case at each size, one timed run (a warm-up at the first size)."""
+    rows_per_file = args.rows / args.files
+    cases = case_list.select(",".join(case_list.SCALE))
+    records = []
+    for i, rows in enumerate(int(r) for r in args.scale_rows.split(",")):
+        files = max(1, round(rows / rows_per_file))
+        for r in run_cases(spark, cases, rows, files, work, 1, warmup=i == 0 and not args.no_warmup):
+            records.append(r)
+        for sub in ("base", "sources", "runs"):
+            shutil.rmtree(work / sub, ignore_errors=True)
+    return records
 
 
 if __name__ == "__main__":

@@ -31,4 +31,4 @@ def test_no_engine_module_imports_a_private_name() -> None:
 def test_journal_imports_only_storage_and_table_helpers() -> None:
     # Never cdf, plan, scan, rewrite, source or run: the data phases hand it plain values.
     modules = {module for module, _ in _sibling_imports(ENGINE / "journal.py")}
-    assert modules <= {"errors", "lock", "sqltext", "storage", "table"}, modules
+    assert modules <= {"errors", "filestats", "lock", "sqltext", "storage", "table"}, modules

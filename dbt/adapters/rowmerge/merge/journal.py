@@ -7,6 +7,7 @@ Layout (``_``-prefixed, so Spark, Hive, Trino and DuckDB never read it as data):
     <table>/_rowmerge_log/<version>.json           the entry; creating it (create-if-absent) commits
     <table>/_rowmerge_log/<version>.applied        written once every step of the entry is done
     <table>/_rowmerge_log/lock/                    the writer lease (see ``lock``)
+    <table>/_rowmerge_log/file_stats.json          a cache of file footers' statistics (not a commit)
 
 Version 0 describes the table as dbt created it (or as the first merge found it). A merge
 plans version ``read + 1`` while holding the lock and creates exactly that entry, so a writer
@@ -42,6 +43,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -51,6 +53,7 @@ from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
 from .errors import ConcurrentMergeError, JournalError
+from .filestats import FileSummary, indexed_columns, parse_summary, summarize_files
 from .lock import LOCK_DIR
 from .sqltext import check_path_safe, parse_name
 from .storage import FileInfo, Storage, is_hidden
@@ -64,7 +67,6 @@ from .table import (
     partition_values,
     register_partitions,
     sql_name,
-    table_files,
 )
 
 logger = logging.getLogger("rowmerge")
@@ -74,6 +76,9 @@ STAGING_DIR = "staging"
 DATA_DIR = "data"
 CDF_DIR = "cdf"
 ENTRY_SUFFIX = ".json"
+# A cache of every data file's footer summary, keyed by path and checked against the listing's
+# size and mtime; never part of a commit (losing it only costs footer reads).
+ENTRY_READ_THREADS = 8  # entries read at once when gathering file statistics
 APPLIED_SUFFIX = ".applied"
 VERSION_DIGITS = 20
 ENTRY_FORMAT = 1
@@ -159,6 +164,8 @@ class Written(Protocol):
     def size(self) -> int: ...
     @property
     def rows(self) -> int | None: ...
+    @property
+    def summary(self) -> FileSummary | None: ...  # from the footer, if read
 
 
 class ChangeTable(Protocol):
@@ -192,11 +199,16 @@ class FileEntry:
     size: int
     rows: int | None
     staged: str | None = None  # None: the file was already in place (version 0, fences)
+    # Column statistics (filestats.FileSummary.to_json), like a Delta `add` action's `stats`:
+    # only an aid to skipping, so a reader that finds them odd ignores them.
+    stats: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "size": self.size, "rows": self.rows}
         if self.staged is not None:
             out = {"staged": self.staged, **out}
+        if self.stats is not None:
+            out["stats"] = self.stats
         return out
 
 
@@ -390,6 +402,7 @@ class _Reader:
                     size=f.integer("size"),
                     rows=rows,
                     staged=f.string("staged") if staged else None,
+                    stats=item["stats"] if isinstance(item.get("stats"), dict) else None,
                 )
             )
         return tuple(out)
@@ -504,6 +517,63 @@ class Journal:
         """Every data file of the table now, to prove at commit time that no one changed them."""
         return {self.storage.qualify(f.path): f for f in self.storage.list_data_files(self.location)}
 
+    # -- file statistics (recorded in the entries; see filestats) ---------------------------
+    def file_summaries(
+        self,
+        target: TargetTable,
+        files: Mapping[str, FileInfo],
+        versions: Sequence[int] = (),
+        pending: Sequence[Entry] = (),
+    ) -> dict[str, FileSummary]:
+        """A summary of every file of ``files`` (a listing), without opening the files the
+        journal describes.
+
+        Like Delta's `add` actions, each entry records the statistics of the files it adds
+        (version 0: of every file found), so folding ``versions`` gives the statistics of
+        every file a commit left in place (``pending``: entries not written yet, folded last).
+        Only files the journal does not know, or knows
+        with another size (written by another engine, or before statistics were recorded),
+        have their footers read.
+        """
+        fields = indexed_columns(target.schema.fields, target.partition_columns)
+        recorded = self._recorded_files(versions, pending)
+        out: dict[str, FileSummary] = {}
+        for path, info in files.items():
+            known = recorded.get(path)
+            if known is not None and known.size == info.size and known.stats is not None:
+                summary = parse_summary(known.rows, known.stats, fields)
+                if summary is not None:
+                    out[path] = summary
+        missing = {p: info.size for p, info in files.items() if p not in out}
+        if missing:
+            out.update(summarize_files(self.storage, missing, target.file_format, fields))
+        return out
+
+    def _recorded_files(self, versions: Sequence[int], pending: Sequence[Entry]) -> dict[str, FileEntry]:
+        """The data files the entries of ``versions`` leave in place (path -> its entry).
+
+        Entries are read a few at a time (each read is a round trip on object stores); one that
+        cannot be read only costs the footers of the files it added.
+        """
+
+        def read(version: int) -> Entry | None:
+            try:
+                return self.read_entry(version)
+            except Exception:  # noqa: BLE001 - statistics are an aid; recovery judges entries
+                return None
+
+        with ThreadPoolExecutor(max_workers=ENTRY_READ_THREADS) as pool:
+            entries = list(pool.map(read, sorted(versions)))
+        out: dict[str, FileEntry] = {}
+        for entry in [*entries, *pending]:
+            if entry is None:
+                continue
+            for f in entry.removed:
+                out.pop(f.path, None)
+            for f in entry.added:
+                out[f.path] = f
+        return out
+
     # -- validation (before the commit point, and before recovery touches anything) ---------
     def problems(self, entry: Entry, partition_columns: Sequence[str]) -> list[str]:
         """Why ``entry`` is not a commit this journal may apply (empty: it may)."""
@@ -610,8 +680,10 @@ class Journal:
         ``snapshot`` is the listing the caller read the table from (default: list it now).
         """
         found = self.snapshot() if snapshot is None else snapshot
+        summaries = self.file_summaries(target, found)
         files = tuple(
-            FileEntry(f["path"], f["size"], f["rows"]) for f in table_files(target, self.storage, found)
+            FileEntry(path, found[path].size, summaries[path].rows, stats=summaries[path].to_json() or None)
+            for path in sorted(found)
         )
         return Entry(
             version=0,
@@ -652,7 +724,13 @@ class Journal:
         (which the change rows repeat).
         """
         files = tuple(
-            FileEntry(f"{self.location}/{_below(f.path, staging.data_dir)}", f.size, f.rows, staged=f.path)
+            FileEntry(
+                f"{self.location}/{_below(f.path, staging.data_dir)}",
+                f.size,
+                f.rows,
+                staged=f.path,
+                stats=f.summary.to_json() or None if f.summary is not None else None,
+            )
             for f in added
         )
         partitions: set[str] = set()

@@ -11,13 +11,15 @@ the commit's staging folder, partitioned like the table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField
 
+from .filestats import FileSummary, indexed_columns, summarize_files
 from .outputs import (
     FILE,
     NO_ACTION,
@@ -116,6 +118,8 @@ class StagedFile:
     path: str  # qualified Hadoop path inside the staging folder
     size: int
     rows: int
+    mtime: int = 0  # as the listing reports it (a move keeps it)
+    summary: FileSummary | None = None  # row count and column ranges, from the footer
 
 
 def write_changes(
@@ -156,7 +160,8 @@ def write_changes(
         writer = writer.partitionBy(*pcols)
     writer.save(staging)
     removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
-    return staged_files(plan.target.file_format, staging, storage, removed)
+    fields = indexed_columns(plan.output_fields, pcols)
+    return staged_files(plan.target.file_format, staging, storage, removed, fields)
 
 
 def files_for(rows: int) -> int:
@@ -165,21 +170,27 @@ def files_for(rows: int) -> int:
 
 
 def staged_files(
-    file_format: str, staging: str, storage: Storage, removed: Mapping[str, int] | None = None
+    file_format: str,
+    staging: str,
+    storage: Storage,
+    removed: Mapping[str, int] | None = None,
+    fields: Sequence[StructField] = (),
 ) -> tuple[list[StagedFile], dict[str, int]]:
-    """List what a write produced with row counts (from footers); drop empty files.
+    """List what a write produced with row counts and ``fields``' ranges (from footers); drop
+    empty files.
 
     The rows of the ``removed`` files (path -> size: the touched files the commit replaces)
     are counted too, for the journal.
     """
     removed = removed or {}
-    listed = storage.list_data_files(staging)
-    counts = storage.count_rows({**{f.path: f.size for f in listed}, **removed}, file_format)
+    listed = {storage.qualify(f.path): f for f in storage.list_data_files(staging)}
+    summaries = summarize_files(storage, {p: f.size for p, f in listed.items()}, file_format, fields)
+    counts = storage.count_rows(removed, file_format) if removed else {}
     out = []
-    for f in listed:
-        path = storage.qualify(f.path)
-        if counts[path] == 0:
+    for path, f in sorted(listed.items()):
+        summary = summaries[path]
+        if summary.rows == 0:
             storage.delete(path)
             continue
-        out.append(StagedFile(path, f.size, counts[path]))
+        out.append(StagedFile(path, f.size, summary.rows, f.mtime, summary))
     return out, {q: counts[q] for q in map(storage.qualify, removed)}

@@ -8,8 +8,10 @@
              added a column, and a rewrite must never drop one)
 4. plan      resolve clauses against the schemas (all config errors raise here); time
              functions are pinned to the commit time chosen here
-5. source    materialize the source once, collect key statistics
-6. scan      find touched files and check cardinality in one job (skipped for insert-only)
+5. source    materialize the source once, collect key statistics and, from the files'
+             footer statistics (filestats), which files its keys can fall in
+6. scan      find touched files among those and check cardinality in one job (skipped for
+             insert-only)
 7. rewrite   write rewritten touched files + inserts into the commit's staging folder
 8. cdf       write the change rows into the same staging folder (with ``change_data_feed``)
 9. journal   validate the entry as recovery will; check the lock, that no file the merge read
@@ -47,13 +49,14 @@ from .errors import (
     UnsupportedTableError,
     spark_reason,
 )
+from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
 from .journal import Entry, Journal, Recovery, fault_point, utc_now
 from .lock import TableLock
 from .metrics import MergeMetrics, MergeResult, timed
 from .outputs import CAST_ERROR_MARK
 from .plan import MergePlan, build_plan
 from .rewrite import StagedFile, write_changes
-from .scan import FileStats, ScanResult, find_touched_files, pruned_target, release
+from .scan import FileStats, ScanResult, Skipping, find_touched_files, plan_skipping, pruned_target, release
 from .source import MaterializedSource, materialize, read_source
 from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
 from .storage import FileInfo, storage_for
@@ -89,6 +92,7 @@ class Commit:
     changes: ChangesTable | None
     initial: Entry | None  # version 0 to write first, for a table without a journal
     time: datetime  # the entry's timestamp, _commit_timestamp, and what current_timestamp() reads
+    skipping: Skipping | None  # how footer statistics rule files out (None: they cannot)
 
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
@@ -111,12 +115,21 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
             raw_source = read_source(spark, parsed.source)
             plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
             changes = prepare_changes_table(spark, plan, journal.storage) if parsed.change_data_feed else None
+            summaries = _summaries(plan, journal, snapshot, versions, initial)
+            skipping = plan_skipping(plan, summaries) if summaries is not None else None
 
             logger.info("rowmerge: materializing source %s", parsed.source)
             with timed(metrics, "materializeSourceTimeMs"):
-                source = materialize(spark, plan, raw_source)
+                source = materialize(spark, plan, raw_source, skipping.ranges if skipping else ())
             metrics["numSourceRows"] = source.num_rows
-            commit = Commit((versions[-1] if versions else 0) + 1, snapshot, changes, initial, commit_time)
+            commit = Commit(
+                (versions[-1] if versions else 0) + 1,
+                snapshot,
+                changes,
+                initial,
+                commit_time,
+                skipping,
+            )
             try:
                 version = _merge(spark, plan, source, journal, lock, commit, metrics)
             except MergeCommittedError:
@@ -136,6 +149,24 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
     result = MergeResult(version, metrics.as_dict(), target.name)
     logger.info("rowmerge: %s (version %d)", result.summary(), version)
     return result
+
+
+def _summaries(
+    plan: MergePlan,
+    journal: Journal,
+    snapshot: dict[str, FileInfo],
+    versions: list[int],
+    initial: Entry | None,
+) -> dict[str, FileSummary] | None:
+    """Every file's statistics (from the journal), when some key column could use them to skip
+    files."""
+    target = plan.target
+    if plan.not_matched_by_source or target.file_format != "parquet" or len(snapshot) > MAX_SKIPPING_FILES:
+        return None
+    parts = {c.lower() for c in target.partition_columns}
+    if not any(t.lower() not in parts and indexable(target.field(t)) for t, _ in plan.key_pairs):
+        return None
+    return journal.file_summaries(target, snapshot, versions, [initial] if initial else [])
 
 
 def _recover(spark: SparkSession, journal: Journal, lock: TableLock, target: TargetTable) -> Recovery:
@@ -169,8 +200,10 @@ def _merge(
 ) -> int:
     """Phases 6-9; returns the committed version (the current one if nothing changed)."""
     target = plan.target
-    metrics["numTargetFilesBeforeSkipping"] = len(target.read(spark).inputFiles())
-    pruned = pruned_target(spark, plan, source)
+    metrics["numTargetFilesBeforeSkipping"] = len(commit.snapshot)
+    files = commit.skipping.candidates(source) if commit.skipping else None
+    urls = [journal.storage.to_spark_path(p) for p in files] if files is not None else None
+    pruned = pruned_target(spark, plan, source, urls)
     scan: ScanResult | None = None
     if plan.matched or plan.not_matched_by_source:
         logger.info("rowmerge: scanning %d files of %s", metrics["numTargetFilesBeforeSkipping"], target.name)
@@ -188,6 +221,8 @@ def _merge(
                 spark, plan, source, pruned, scan, staging.data_dir, journal.storage
             )
         _record_counts(metrics, scan, staged, removed)
+        if files is not None and scan is None:  # insert-only: the files read for the anti-join
+            metrics["numTargetFilesAfterSkipping"] = len(files)
         if not staged and not removed:
             logger.info("rowmerge: nothing to change in %s", target.name)
             return commit.version - 1

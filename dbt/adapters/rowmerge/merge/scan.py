@@ -14,6 +14,7 @@ nothing: the insert candidates, so the rewrite never reads the target again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import reduce
 
@@ -22,6 +23,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .errors import CardinalityViolation
+from .filestats import MAX_SKIPPING_FILES, FileSummary, KeyRanges, candidates, indexable, key_ranges
 from .outputs import FILE, NO_ACTION, ROW, SIZE, SRC_ID, acting, action_index, key_sample, q, src_present
 from .plan import MergePlan
 from .source import MaterializedSource, decode
@@ -40,9 +42,52 @@ def target_frame(spark: SparkSession, plan: MergePlan) -> DataFrame:
     )
 
 
-def pruned_target(spark: SparkSession, plan: MergePlan, source: MaterializedSource) -> DataFrame:
-    """The target rows any source row could match (all rows if NOT MATCHED BY SOURCE acts)."""
+@dataclass(frozen=True)
+class Skipping:
+    """The table's files and, per key column with footer statistics, their ranges: what lets
+    the source's keys rule files out before any is opened."""
+
+    files: list[str]  # qualified paths; a file's id is its index here
+    ranges: list[tuple[KeyRanges, str]]  # (files' ranges of a key column, the source expression)
+
+    def candidates(self, source: MaterializedSource) -> list[str]:
+        """The files some source row could match (qualified paths)."""
+        return [
+            self.files[i] for i in candidates(source.file_hits, [r for r, _ in self.ranges], len(self.files))
+        ]
+
+
+def plan_skipping(plan: MergePlan, summaries: Mapping[str, FileSummary | None]) -> Skipping | None:
+    """How ``summaries`` (qualified path -> footer summary, for every file) can skip files;
+    None when they cannot: a NOT MATCHED BY SOURCE clause needs every file, or no key
+    column has statistics."""
+    if plan.not_matched_by_source or len(summaries) > MAX_SKIPPING_FILES:
+        return None
+    files = sorted(summaries)
+    partition_cols = {c.lower() for c in plan.target.partition_columns}
+    ranges = []
+    for tcol, sexpr in plan.key_pairs:
+        f = plan.target.field(tcol)
+        if tcol.lower() in partition_cols or not indexable(f):
+            continue
+        kr = key_ranges(tcol, f.dataType, [summaries[p] for p in files])
+        if len(kr.unplaced) < len(files):
+            ranges.append((kr, sexpr))
+    return Skipping(files, ranges) if ranges else None
+
+
+def pruned_target(
+    spark: SparkSession, plan: MergePlan, source: MaterializedSource, files: list[str] | None = None
+) -> DataFrame:
+    """The target rows any source row could match (all rows if NOT MATCHED BY SOURCE acts).
+
+    ``files``: the URL-encoded paths of the only files that can hold such rows (see
+    :class:`Skipping`); Spark lists no other file to a task.
+    """
     df = target_frame(spark, plan)
+    if files is not None:
+        # An empty IN list would still list (and open) every file; FALSE prunes the scan away.
+        df = df.where(F.col(FILE).isin(files) if files else F.lit(False))
     if plan.not_matched_by_source:
         return df
     filters: list[Column] = []
@@ -138,6 +183,20 @@ def find_touched_files(
         ),
         F.first("size").alias("size"),
     )
+    if plan.not_matched:
+        # The insert candidates (source rows no target row matched) are counted in the same
+        # job, as one more row of the result (f NULL).
+        matched_ids = classified.where(F.col("pair") == 1).select(F.col("sid").alias(SRC_ID))
+        result.insert_source = source.df.join(matched_ids, SRC_ID, "left_anti")
+        nm_idx = action_index(plan.not_matched)
+        inserts = (
+            result.insert_source.alias(plan.sa).where(nm_idx != NO_ACTION).agg(F.count(F.lit(1)).alias("ins"))
+        )
+        per_file = per_file.withColumn("ins", F.lit(None).cast("long")).unionByName(
+            inserts.select(
+                *[F.lit(None).cast(per_file.schema[c].dataType).alias(c) for c in per_file.columns], "ins"
+            )
+        )
     dup_rows, samples = 0, []
     try:
         collected = per_file.collect()
@@ -145,6 +204,9 @@ def find_touched_files(
         release(result)
         raise
     for r in collected:
+        if r["f"] is None:  # the insert count (see above); a file path is never NULL
+            result.inserted = int(r["ins"] or 0)
+            continue
         result.files_scanned += 1
         result.matched_updated += int(r["m_upd"] or 0)
         result.matched_deleted += int(r["m_del"] or 0)
@@ -159,12 +221,6 @@ def find_touched_files(
         samples.sort()
         raise CardinalityViolation(plan.target.name, dup_rows, samples[:MAX_CARDINALITY_SAMPLES])
     result.touched.sort(key=lambda fs: fs.path)
-    if plan.not_matched:
-        assert result.cached is not None
-        matched_ids = result.cached.where(F.col("pair") == 1).select(F.col("sid").alias(SRC_ID))
-        result.insert_source = source.df.join(matched_ids, SRC_ID, "left_anti")
-        nm_idx = action_index(plan.not_matched)
-        result.inserted = result.insert_source.alias(plan.sa).where(nm_idx != NO_ACTION).count()
     return result
 
 

@@ -2,12 +2,13 @@
 
 A model's SQL often reads ``{{ this }}``; evaluating it again after files were rewritten
 would see a different table. ``localCheckpoint`` runs the source plan once and cuts its
-lineage, so no later job can silently re-evaluate it. The same job counts the rows and
-collects the key statistics the scan uses to prune the target.
+lineage, so no later job can silently re-evaluate it. The job that checkpoints it also counts
+the rows and collects the key statistics the scan uses to prune the target.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from pyspark.sql.types import (
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError, spark_reason
+from .filestats import KeyRanges, candidate_ids
 from .outputs import SRC_ID, SRC_PRESENT
 from .plan import MergePlan
 from .table import sql_name
@@ -33,6 +35,8 @@ from .table import sql_name
 # A partition key with at most this many distinct source values is pruned with IN (...);
 # more values fall back to a min/max range.
 MAX_IN_LIST_VALUES = 1000
+# A source estimated at up to this many bytes is broadcast (see _broadcast_threshold).
+SOURCE_BROADCAST_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -41,6 +45,9 @@ class MaterializedSource:
     num_rows: int
     key_stats: dict[str, dict[str, Any]] = field(default_factory=dict)  # target col -> stats
     broadcastable: bool = False  # small enough to ship to every task instead of shuffling
+    # Per (KeyRanges, source expression) handed to materialize: the ids of the files some
+    # source row's key falls in (see filestats.candidate_ids).
+    file_hits: list[list[int]] = field(default_factory=list)
 
     def join_side(self) -> DataFrame:
         """The source as the build side of a join (broadcast when small)."""
@@ -90,11 +97,22 @@ def _estimated_bytes(schema: StructType, rows: int) -> int:
 
 
 def _broadcast_threshold(spark: SparkSession) -> int:
+    """How large a source is still broadcast: Spark's own threshold, raised for the source.
+
+    Shipping the source to every task means the target is never shuffled, and the target is
+    the big side: a source of up to 1/16 of the driver's heap (at most
+    SOURCE_BROADCAST_BYTES) is worth it. Broadcasting turned off (-1) stays off.
+    """
     raw = str(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", "10485760b"))
     try:
-        return int(spark._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(raw))  # type: ignore[union-attr]
+        jvm: Any = spark._jvm  # type: ignore[attr-defined]
+        threshold = int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(raw))
+        heap = int(jvm.java.lang.Runtime.getRuntime().maxMemory())
     except Exception:  # Spark Connect or an odd value: be conservative
         return -1
+    if threshold < 0:
+        return threshold
+    return max(threshold, min(SOURCE_BROADCAST_BYTES, heap // 16))
 
 
 def read_source(spark: SparkSession, name: str) -> DataFrame:
@@ -114,12 +132,23 @@ def read_source(spark: SparkSession, name: str) -> DataFrame:
     return df
 
 
-def materialize(spark: SparkSession, plan: MergePlan, source: DataFrame) -> MaterializedSource:
-    """Checkpoint ``source`` and gather its row count and per-key pruning statistics."""
+def materialize(
+    spark: SparkSession,
+    plan: MergePlan,
+    source: DataFrame,
+    ranges: Sequence[tuple[KeyRanges, str]] = (),
+) -> MaterializedSource:
+    """Checkpoint ``source`` and gather its row count and per-key pruning statistics.
+
+    ``ranges``: (the target files' ranges of a key column, the source expression it equals);
+    the same job finds the files each one's values fall in, so skipping costs no extra job.
+    """
     df = (
         source.withColumn(SRC_PRESENT, F.lit(True))
         .withColumn(SRC_ID, F.monotonically_increasing_id())
-        .localCheckpoint(eager=True)
+        # Lazy: the statistics job below is the first to compute it, and checkpoints every
+        # partition as it goes (one job instead of a count and then the statistics).
+        .localCheckpoint(eager=False)
     )
     aliased = df.alias(plan.sa)
     aggs = [F.count(F.lit(1)).alias("n")]
@@ -134,6 +163,8 @@ def materialize(spark: SparkSession, plan: MergePlan, source: DataFrame) -> Mate
         if tcol.lower() in partition_cols:
             distinct = F.collect_set(encode(value, dtype))
             aggs.append(F.slice(distinct, 1, MAX_IN_LIST_VALUES + 1).alias(f"set{i}"))
+    for j, (kr, sexpr) in enumerate(ranges):
+        aggs.append(F.flatten(F.collect_set(candidate_ids(F.expr(sexpr), kr))).alias(f"files{j}"))
     row = aliased.agg(*aggs).collect()[0]
     stats: dict[str, dict[str, Any]] = {}
     for i, tcol, _ in prunable:
@@ -150,4 +181,5 @@ def materialize(spark: SparkSession, plan: MergePlan, source: DataFrame) -> Mate
         num_rows=num_rows,
         key_stats=stats,
         broadcastable=0 <= _estimated_bytes(source.schema, num_rows) <= threshold,
+        file_hits=[sorted(set(row[f"files{j}"] or ())) for j in range(len(ranges))],
     )

@@ -53,6 +53,10 @@ class Storage(ABC):
         """A URL-encoded ``_metadata.file_path`` value as a qualified path."""
 
     @abstractmethod
+    def to_spark_path(self, path: str) -> str:
+        """A qualified path as ``_metadata.file_path`` reports it (URL-encoded)."""
+
+    @abstractmethod
     def status(self, path: str) -> FileInfo | None:
         """Size and mtime of a file, or None if it does not exist."""
 
@@ -88,6 +92,19 @@ class Storage(ABC):
     def count_rows(self, sizes: Mapping[str, int], file_format: str) -> dict[str, int]:
         """Rows in each Parquet/ORC file of ``sizes`` (path -> bytes), by qualified path, from
         footers; a file of 0 bytes holds no rows."""
+
+    @abstractmethod
+    def parquet_tail(self, path: str, size: int) -> bytes:
+        """The end of a Parquet file of ``size`` bytes: its footer, the footer's length and the
+        magic (what statistics are read from); ValueError if it is not a Parquet file."""
+
+    def parquet_tails(self, sizes: Mapping[str, int]) -> dict[str, bytes]:
+        """:meth:`parquet_tail` of every file of ``sizes`` (path -> bytes), a few at a time."""
+        todo = sorted(p for p, size in sizes.items() if size > 0)
+        if len(todo) <= 1:
+            return {p: self.parquet_tail(p, sizes[p]) for p in todo}
+        with ThreadPoolExecutor(min(FOOTER_THREADS, len(todo))) as pool:
+            return dict(zip(todo, pool.map(lambda p: self.parquet_tail(p, sizes[p]), todo), strict=True))
 
     def exists(self, path: str) -> bool:
         return self.status(path) is not None
@@ -137,6 +154,9 @@ class HadoopStorage(Storage):
     def from_spark_path(self, url: str) -> str:
         sp = self._jvm.org.apache.spark.paths.SparkPath.fromUrlString(url)
         return self.qualify(str(sp.toPath().toString()))
+
+    def to_spark_path(self, path: str) -> str:
+        return str(self._jvm.org.apache.spark.paths.SparkPath.fromPath(self._path(path)).urlEncoded())
 
     def status(self, path: str) -> FileInfo | None:
         jp = self._path(path)
@@ -258,6 +278,24 @@ class HadoopStorage(Storage):
                 rows.update(zip(todo, pool.map(footer, todo), strict=True))
         return rows
 
+    def parquet_tail(self, path: str, size: int) -> bytes:
+        local = local_path(self.qualify(path))
+        if local is not None:
+            with open(local, "rb") as fh:
+                return _tail(size, lambda pos, n: (fh.seek(pos), fh.read(n))[1])
+        jp = self._path(path)
+        stream = self._fs(jp).open(jp)
+        io = self._jvm.org.apache.commons.io.IOUtils
+
+        def read(pos: int, n: int) -> bytes:
+            stream.seek(pos)
+            return bytes(io.toByteArray(stream, n))
+
+        try:
+            return _tail(size, read)
+        finally:
+            stream.close()
+
     def _parquet_rows(self, path: str) -> int:
         jvm = self._jvm
         source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(self._path(path), self._conf)
@@ -275,6 +313,19 @@ class HadoopStorage(Storage):
             return int(reader.getNumberOfRows())
         finally:
             reader.close()
+
+
+def _tail(size: int, read: Any) -> bytes:
+    """Footer + length + magic of a Parquet file, via ``read(position, length) -> bytes``."""
+    if size < 12:
+        raise ValueError(f"a Parquet file has at least 12 bytes, not {size}")
+    end = read(size - 8, 8)
+    if len(end) != 8 or end[4:] != b"PAR1":
+        raise ValueError("no Parquet magic at the end of the file")
+    length = int.from_bytes(end[:4], "little")
+    if not 0 < length <= size - 12:
+        raise ValueError(f"footer length {length} does not fit a file of {size} bytes")
+    return read(size - 8 - length, length) + end
 
 
 def _vanished(exc: BaseException) -> bool:

@@ -10,7 +10,7 @@ parsing the human-readable layout, in which a column may be named like a section
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -21,7 +21,6 @@ from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError, spark_reason
 from .sqltext import parse_name, quote, quote_name, sql_string, sql_type
-from .storage import FileInfo, Storage
 
 SUPPORTED_FORMATS = ("parquet", "orc")
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -144,12 +143,6 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
         schema=schema,
         partition_columns=partition_columns,
     )
-
-
-def table_files(target: TargetTable, storage: Storage, files: Mapping[str, FileInfo]) -> list[dict[str, Any]]:
-    """Path, size and row count of every file in ``files`` (qualified path -> FileInfo)."""
-    rows = storage.count_rows({path: info.size for path, info in files.items()}, target.file_format)
-    return [{"path": path, "size": info.size, "rows": rows[path]} for path, info in sorted(files.items())]
 
 
 def missing_columns(

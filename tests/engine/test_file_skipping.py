@@ -1,0 +1,151 @@
+"""Files whose footer statistics rule out every source key are never opened.
+
+Every non-candidate file is overwritten with garbage of the same size (its mtime restored,
+so the statistics index still vouches for it) before the merge: had any phase opened one,
+Spark would fail to read its footer. The original bytes are restored afterwards so the end
+state can be checked row by row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from dbt.adapters.rowmerge.merge import history
+from tests.engine.helpers import (
+    UPSERT,
+    create_table,
+    file_snapshot,
+    files_of,
+    merge,
+    rows,
+    source_view,
+    table_dir,
+)
+
+
+@contextmanager
+def garbled(paths: list[str]) -> Iterator[None]:
+    """``paths`` unreadable as Parquet but with the same size and mtime, restored on exit."""
+    saved = {}
+    for p in paths:
+        st = os.stat(p)
+        saved[p] = (Path(p).read_bytes(), st.st_mtime_ns)
+        Path(p).write_bytes(b"x" * st.st_size)
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    try:
+        yield
+    finally:
+        for p, (data, mtime) in saved.items():
+            Path(p).write_bytes(data)
+            os.utime(p, ns=(mtime, mtime))
+
+
+def four_files(spark, db: str, partitioned: bool) -> str:
+    t = f"{db}.events"
+    files = [
+        [(1, "a", 1), (2, "b", 1)],
+        [(3, "c", 1), (4, "d", 1)],
+        [(5, "e", 2), (6, "f", 2)],
+        [(7, "g", 2)],
+    ]
+    create_table(spark, t, "id long, v string, p int", files, partition_by=("p",) if partitioned else ())
+    return t
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_only_files_whose_ranges_hold_a_source_key_are_read(spark, db, partitioned: bool) -> None:
+    t = four_files(spark, db, partitioned)
+    # The first merge records version 0 with every file's statistics (and touches file 1).
+    first = merge(spark, t, source_view(spark, f"{db}_s1", "id long, v string, p int", [(1, "A", 1)]), UPSERT)
+    assert first.metrics["numTargetFilesAfterSkipping"] == 1
+    keep = files_of(spark, t, "id = 3")
+    others = [p for p in file_snapshot(spark, t) if p not in keep]
+    assert len(others) == 3
+    # id 3 is in one file's range; 100 is in none (an insert).
+    src = source_view(spark, f"{db}_s2", "id long, v string, p int", [(3, "C", 1), (100, "z", 2)])
+    with garbled(others):
+        result = merge(spark, t, src, UPSERT)
+    m = result.metrics
+    assert (m["numTargetFilesBeforeSkipping"], m["numTargetFilesAfterSkipping"]) == (4, 1)
+    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"], m["numTargetFilesRemoved"]) == (1, 1, 1)
+    assert rows(spark, t) == [
+        (1, "A", 1),
+        (2, "b", 1),
+        (3, "C", 1),
+        (4, "d", 1),
+        (5, "e", 2),
+        (6, "f", 2),
+        (7, "g", 2),
+        (100, "z", 2),
+    ]
+
+
+def test_insert_only_merge_of_new_keys_opens_no_file(spark, db) -> None:
+    t = four_files(spark, db, partitioned=False)
+    # Version 0 (with every file's statistics) and version 1.
+    merge(spark, t, source_view(spark, f"{db}_s0", "id long, v string, p int", [(1, "A", 1)]), UPSERT)
+    src = source_view(spark, f"{db}_s", "id long, v string, p int", [(8, "h", 2), (4, "dup", 1)])
+    insert_only = [{"when": "not_matched", "action": "insert", "values": "*"}]
+    with garbled([p for p in file_snapshot(spark, t) if p not in files_of(spark, t, "id = 4")]):
+        result = merge(spark, t, src, insert_only)
+    assert result.metrics["numTargetFilesAfterSkipping"] == 1
+    assert result.metrics["numTargetRowsInserted"] == 1  # 4 exists: not inserted again
+    assert [r for r in rows(spark, t) if r[0] in (4, 8)] == [(4, "d", 1), (8, "h", 2)]
+
+
+def test_entries_record_statistics_of_version_0_and_of_added_files(spark, db) -> None:
+    t = four_files(spark, db, partitioned=False)
+    merge(
+        spark,
+        t,
+        source_view(spark, f"{db}_s", "id long, v string, p int", [(2, "B", 1), (9, "i", 2)]),
+        UPSERT,
+    )
+    log = Path(table_dir(spark, t)) / "_rowmerge_log"
+    v0 = json.loads((log / f"{0:020d}.json").read_text())
+    assert sorted((f["stats"]["id"]["min"], f["stats"]["id"]["max"]) for f in v0["added"]) == [
+        (1, 2),
+        (3, 4),
+        (5, 6),
+        (7, 7),
+    ]
+    assert v0["added"][0]["stats"]["v"]["nulls"] == 0 and "p" in v0["added"][0]["stats"]
+    v1 = json.loads((log / f"{1:020d}.json").read_text())
+    assert sorted((f["stats"]["id"]["min"], f["stats"]["id"]["max"]) for f in v1["added"]) == [(1, 2), (9, 9)]
+    assert [h["version"] for h in history(spark, t)] == [1, 0]
+
+
+def test_files_the_journal_does_not_describe_are_read(spark, db) -> None:
+    """A file another writer added costs a footer read; statistics an entry garbles make its
+    files candidates (read, never wrongly skipped)."""
+    t = four_files(spark, db, partitioned=False)
+    merge(spark, t, source_view(spark, f"{db}_s0", "id long, v string, p int", [(1, "A", 1)]), UPSERT)
+    spark.sql(f"INSERT INTO {t} VALUES (50, 'x', 3)")  # a file rowmerge never saw
+    src = source_view(spark, f"{db}_s", "id long, v string, p int", [(50, "X", 3)])
+    result = merge(spark, t, src, UPSERT)
+    assert (result.metrics["numTargetRowsUpdated"], result.metrics["numTargetRowsInserted"]) == (1, 0)
+    assert result.metrics["numTargetFilesAfterSkipping"] == 1
+    v0 = Path(table_dir(spark, t)) / "_rowmerge_log" / f"{0:020d}.json"
+    entry = json.loads(v0.read_text())
+    for f in entry["added"]:
+        f["stats"] = {"id": {"min": "one", "max": [2]}, "v": "garbled"}
+    v0.write_text(json.dumps(entry))
+    src = source_view(spark, f"{db}_s3", "id long, v string, p int", [(6, "F", 2)])
+    result = merge(spark, t, src, UPSERT)
+    assert (result.metrics["numTargetRowsUpdated"], result.metrics["numTargetRowsInserted"]) == (1, 0)
+    assert [r for r in rows(spark, t) if r[0] in (1, 6, 50)] == [(1, "A", 1), (6, "F", 2), (50, "X", 3)]
+
+
+def test_not_matched_by_source_reads_every_file(spark, db) -> None:
+    t = four_files(spark, db, partitioned=False)
+    src = source_view(spark, f"{db}_s", "id long, v string, p int", [(3, "C", 1)])
+    clauses = [*UPSERT, {"when": "not_matched_by_source", "action": "delete", "condition": "t.id = 7"}]
+    result = merge(spark, t, src, clauses)
+    assert result.metrics["numTargetFilesAfterSkipping"] == 4
+    assert [r[0] for r in rows(spark, t)] == [1, 2, 3, 4, 5, 6]
