@@ -19,7 +19,7 @@ demo: $(STAMP)
 
 # Every test: lint, unit, engine, dbt functional and the integration project.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20 tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check dbt tests scripts benchmarks
