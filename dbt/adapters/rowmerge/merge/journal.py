@@ -76,8 +76,6 @@ STAGING_DIR = "staging"
 DATA_DIR = "data"
 CDF_DIR = "cdf"
 ENTRY_SUFFIX = ".json"
-# A cache of every data file's footer summary, keyed by path and checked against the listing's
-# size and mtime; never part of a commit (losing it only costs footer reads).
 ENTRY_READ_THREADS = 8  # entries read at once when gathering file statistics
 APPLIED_SUFFIX = ".applied"
 VERSION_DIGITS = 20

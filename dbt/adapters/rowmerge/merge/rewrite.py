@@ -118,7 +118,6 @@ class StagedFile:
     path: str  # qualified Hadoop path inside the staging folder
     size: int
     rows: int
-    mtime: int = 0  # as the listing reports it (a move keeps it)
     summary: FileSummary | None = None  # row count and column ranges, from the footer
 
 
@@ -192,5 +191,5 @@ def staged_files(
         if summary.rows == 0:
             storage.delete(path)
             continue
-        out.append(StagedFile(path, f.size, summary.rows, f.mtime, summary))
+        out.append(StagedFile(path, f.size, summary.rows, summary))
     return out, {q: counts[q] for q in map(storage.qualify, removed)}

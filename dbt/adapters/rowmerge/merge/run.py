@@ -220,9 +220,7 @@ def _merge(
             staged, removed_rows = write_changes(
                 spark, plan, source, pruned, scan, staging.data_dir, journal.storage
             )
-        _record_counts(metrics, scan, staged, removed)
-        if files is not None and scan is None:  # insert-only: the files read for the anti-join
-            metrics["numTargetFilesAfterSkipping"] = len(files)
+        _record_counts(metrics, scan, staged, removed, files)
         if not staged and not removed:
             logger.info("rowmerge: nothing to change in %s", target.name)
             return commit.version - 1
@@ -277,8 +275,13 @@ def _merge(
 
 
 def _record_counts(
-    metrics: MergeMetrics, scan: ScanResult | None, staged: list[StagedFile], removed: list[FileStats]
+    metrics: MergeMetrics,
+    scan: ScanResult | None,
+    staged: list[StagedFile],
+    removed: list[FileStats],
+    candidates: list[str] | None,
 ) -> None:
+    """``candidates``: the files statistics left to read (None: every file)."""
     written = sum(f.rows for f in staged)
     if scan is not None:
         metrics["numTargetFilesAfterSkipping"] = scan.files_scanned
@@ -287,8 +290,9 @@ def _record_counts(
         metrics["numTargetRowsNotMatchedBySourceUpdated"] = scan.nmbs_updated
         metrics["numTargetRowsNotMatchedBySourceDeleted"] = scan.nmbs_deleted
         inserted = scan.inserted
-    else:  # insert-only: no scan; every written row is an insert
-        metrics["numTargetFilesAfterSkipping"] = metrics["numTargetFilesBeforeSkipping"]
+    else:  # insert-only: no scan; every written row is an insert; its anti-join read the candidates
+        before = metrics["numTargetFilesBeforeSkipping"]
+        metrics["numTargetFilesAfterSkipping"] = len(candidates) if candidates is not None else before
         inserted = written
     updated = scan.matched_updated + scan.nmbs_updated if scan else 0
     metrics["numTargetRowsUpdated"] = updated
