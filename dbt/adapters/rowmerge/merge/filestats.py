@@ -35,6 +35,7 @@ from pyspark.sql.types import (
     StructField,
 )
 
+from .sqltext import sql_string
 from .storage import Storage
 
 # Like Delta's dataSkippingNumIndexedCols: statistics for the first this-many indexable columns.
@@ -42,7 +43,7 @@ MAX_INDEXED_COLUMNS = 32
 # Files are grouped into layers of non-overlapping ranges (one binary search each); files that
 # fit in none of this many layers are always read. Clustered tables need one or two.
 MAX_LAYERS = 8
-# Above this many files the per-row search expression grows too large; no file is skipped.
+# Above this many files the search's constant arrays take seconds to plan; no file is skipped.
 MAX_SKIPPING_FILES = 20_000
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
@@ -240,34 +241,61 @@ def key_ranges(column: str, dtype: DataType, summaries: Sequence[FileSummary | N
     return KeyRanges(column, dtype, tuple(tuple(layer) for layer in layers), frozenset(unplaced))
 
 
-def _literal(value: Any, dtype: DataType) -> Column:
+_SUFFIX: dict[type[DataType], str] = {ByteType: "Y", ShortType: "S", IntegerType: "", LongType: "L"}
+
+
+def _literal(value: Any, dtype: DataType) -> str:
+    """A key statistic as SQL literal text of ``dtype`` (the types :func:`indexable` admits);
+    typed by its own syntax, so thousands of them need no CAST to plan."""
+    if isinstance(dtype, StringType):
+        return sql_string(value)
+    if isinstance(dtype, DateType):
+        return f"DATE '{value.isoformat()}'"
     if isinstance(dtype, DecimalType):
-        return F.lit(str(value)).cast(dtype)
-    return F.lit(value).cast(dtype)
+        return f"{value:f}BD"
+    return f"{int(value)}{_SUFFIX[type(dtype)]}"
 
 
-def candidate_ids(value: Column, ranges: KeyRanges) -> Column:
-    """Per source row: the ids of the files whose range of the key column holds ``value``.
+def candidate_ids(value: str, ranges: KeyRanges) -> Column:
+    """Per source row: the ids of the files whose range of the key column holds the value of
+    the SQL expression ``value``.
 
-    One binary search per layer, written as nested CASE expressions (Spark has no search
-    function over an array). A NULL key matches nothing (``=`` never does), so it yields none.
+    One binary search per layer over its ranges' bounds, held as constant arrays: a fixed
+    number of steps (``aggregate`` over log2(files) iterations) finds the last range starting
+    at or below the value, which holds it if it ends at or above it. The expression's size
+    does not grow with the number of files beyond those constant arrays, so planning it stays
+    cheap for thousands of files (a tree of CASE expressions took seconds to plan), and it is
+    built as SQL text, parsed once (built column by column it took a py4j call per node). A
+    NULL key matches nothing (``=`` never does), so it yields none.
     """
-
-    def search(layer: tuple[tuple[Any, Any, int], ...], a: int, b: int) -> Column:
-        if b - a == 1:
-            low, high, fid = layer[a]
-            return F.when(
-                value.between(_literal(low, ranges.dtype), _literal(high, ranges.dtype)), F.lit(fid)
-            )
-        mid = (a + b) // 2
-        return F.when(value < _literal(layer[mid][0], ranges.dtype), search(layer, a, mid)).otherwise(
-            search(layer, mid, b)
-        )
-
-    found = [search(layer, 0, len(layer)) for layer in ranges.layers]
-    if not found:
+    if not ranges.layers:
         return F.array().cast("array<int>")
-    return F.filter(F.array(*found), lambda x: x.isNotNull())
+    found = ", ".join(_search_layer(layer, ranges.dtype) for layer in ranges.layers)
+    ids = f"transform(array({value}), {_KEY} -> array({found}))[0]"
+    return F.expr(f"filter({ids}, {_KEY} -> {_KEY} IS NOT NULL)")
+
+
+_KEY, _STATE, _STEP = "__rowmerge_key", "__rowmerge_state", "__rowmerge_step"
+
+
+def _search_layer(layer: tuple[tuple[Any, Any, int], ...], dtype: DataType) -> str:
+    """SQL: the id of the file of ``layer`` (sorted, non-overlapping ranges) holding ``_KEY``, or NULL."""
+    lows = "array(" + ", ".join(_literal(low, dtype) for low, _, _ in layer) + ")"
+    highs = "array(" + ", ".join(_literal(high, dtype) for _, high, _ in layer) + ")"
+    ids = "array(" + ", ".join(str(fid) for _, _, fid in layer) + ")"
+    n = len(layer)
+    steps = max(1, n.bit_length())
+    lo, hi, mid = f"{_STATE}.lo", f"{_STATE}.hi", f"shiftright({_STATE}.lo + {_STATE}.hi + 1, 1)"
+    # Invariant: the answer (1-based position of the last low <= key; 0: none) is in [lo, hi].
+    step = (
+        f"IF({lo} >= {hi}, {_STATE}, IF(element_at({lows}, {mid}) <= {_KEY}, "
+        f"named_struct('lo', {mid}, 'hi', {hi}), named_struct('lo', {lo}, 'hi', {mid} - 1)))"
+    )
+    finish = f"IF({lo} > 0 AND {_KEY} <= element_at({highs}, {lo}), element_at({ids}, {lo}), NULL)"
+    return (
+        f"aggregate(sequence(1, {steps}), named_struct('lo', 0, 'hi', {n}), "
+        f"({_STATE}, {_STEP}) -> {step}, {_STATE} -> {finish})"
+    )
 
 
 def candidates(found: Sequence[Iterable[int]], ranges: Sequence[KeyRanges], files: int) -> list[int]:

@@ -164,7 +164,7 @@ def materialize(
             distinct = F.collect_set(encode(value, dtype))
             aggs.append(F.slice(distinct, 1, MAX_IN_LIST_VALUES + 1).alias(f"set{i}"))
     for j, (kr, sexpr) in enumerate(ranges):
-        aggs.append(F.flatten(F.collect_set(candidate_ids(F.expr(sexpr), kr))).alias(f"files{j}"))
+        aggs.append(F.flatten(F.collect_set(candidate_ids(sexpr, kr))).alias(f"files{j}"))
     row = aliased.agg(*aggs).collect()[0]
     stats: dict[str, dict[str, Any]] = {}
     for i, tcol, _ in prunable:
