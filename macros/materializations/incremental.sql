@@ -9,11 +9,13 @@
   {%- set raw_strategy = config.get('incremental_strategy') or 'append' -%}
   {%- set grant_config = config.get('grants') -%}
 
-  {%- set file_format = dbt_spark_validate_get_file_format(raw_file_format) -%}
-  {#-- row_level_merge's file formats are checked with the rest of its config, below. --#}
+  {#-- row_level_merge's file format is checked with the rest of its config, in Python
+      (adapter.rowmerge_validate), so its message names the strategy's own choices. --#}
   {%- if raw_strategy == 'row_level_merge' -%}
+    {%- set file_format = raw_file_format -%}
     {%- set strategy = raw_strategy -%}
   {%- else -%}
+    {%- set file_format = dbt_spark_validate_get_file_format(raw_file_format) -%}
     {%- set strategy = dbt_spark_validate_get_incremental_strategy(raw_strategy, file_format) -%}
   {%- endif -%}
 

@@ -46,6 +46,12 @@ STATIC = {
         "Parquet/ORC tables. A delta table has MERGE INTO built in: use incremental_strategy='merge' "
         "(dbt-spark's own merge) for it.",
     ),
+    # Not one of Spark's formats at all: still row_level_merge's own message, not dbt-spark's.
+    "unknown_format": (
+        "unique_key='id', file_format='foo'",
+        "Invalid file_format 'foo' for incremental_strategy='row_level_merge': set file_format to "
+        "'parquet' (the default) or 'orc'.",
+    ),
 }
 
 # Problems that need the target's columns: reported at the first merge.

@@ -4,10 +4,12 @@ tests/functional/test_compile.py, through the real macros)."""
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 
 from dbt.adapters.rowmerge import model_config as mc
+from dbt.adapters.rowmerge.merge import spec
 
 MACROS = pathlib.Path(__file__).resolve().parents[2] / "macros" / "row_level_merge" / "clause_spec.sql"
 REL = "analytics.orders"
@@ -18,6 +20,21 @@ def test_every_key_of_the_rule_table_is_compiled_by_a_macro() -> None:
     text = MACROS.read_text()
     unread = [k for k in mc.KEYS if f"'{k}'" not in text]
     assert unread == []
+
+
+# Config keys the macros copy into spec keys of the same name: parse_spec judges them.
+SPEC_PASSTHROUGH = {"target_alias", "source_alias", "skip_unchanged_updates", "lock_timeout_s"}
+# Config keys dbt itself validates (on_schema_change: incremental_validate_on_schema_change).
+DBT_OWN = {"on_schema_change"}
+
+
+def test_every_key_a_macro_reads_has_a_rule() -> None:
+    """A key the macros read but no rule judges would be compiled unvalidated: a typo'd value
+    or a clash with merge_clauses would pass silently."""
+    read = set(re.findall(r"cfg\.get\('([a-z_]+)'\)", MACROS.read_text()))
+    assert read, "no cfg.get('...') found: the macro's shape changed, update this test"
+    assert SPEC_PASSTHROUGH <= set(spec.TOP_LEVEL_KEYS)
+    assert sorted(read - set(mc.KEYS) - SPEC_PASSTHROUGH - DBT_OWN) == []
 
 
 def test_shorthand_keys_are_exactly_the_clause_keys() -> None:

@@ -7,7 +7,6 @@ Layout (``_``-prefixed, so Spark, Hive, Trino and DuckDB never read it as data):
     <table>/_rowmerge_log/<version>.json           the entry; creating it (create-if-absent) commits
     <table>/_rowmerge_log/<version>.applied        written once every step of the entry is done
     <table>/_rowmerge_log/lock/                    the writer lease (see ``lock``)
-    <table>/_rowmerge_log/file_stats.json          a cache of file footers' statistics (not a commit)
 
 Version 0 describes the table as dbt created it (or as the first merge found it). A merge
 plans version ``read + 1`` while holding the lock and creates exactly that entry, so a writer
