@@ -18,8 +18,8 @@
 {% macro rowmerge_compile_spec(cfg, relation, source, columns=none) %}
   {%- set defaults = adapter.rowmerge_defaults() -%}
   {%- set aliases = {
-    'target': cfg.get('target_alias') or defaults.target_alias,
-    'source': cfg.get('source_alias') or defaults.source_alias} -%}
+    'target': defaults.target_alias if cfg.get('target_alias') is none else cfg.get('target_alias'),
+    'source': defaults.source_alias if cfg.get('source_alias') is none else cfg.get('source_alias')} -%}
   {%- set changes = rowmerge_changes_table(cfg, relation) -%}
   {%- set spec = {
     'version': defaults.spec_version,

@@ -459,6 +459,11 @@ ERRORS: dict[str, tuple[dict[str, Any], list[str] | None, str]] = {
         None,
         "`target_alias` must be a plain identifier, got 'my target'",
     ),
+    "empty_alias": (  # '' is a value, not "unset": it is judged, never replaced by the default
+        {"unique_key": "id", "source_alias": ""},
+        None,
+        "`source_alias` must be a plain identifier, got ''",
+    ),
     "lock_timeout_negative": (
         {"unique_key": "id", "lock_timeout_s": -1},
         None,
