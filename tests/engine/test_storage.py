@@ -86,3 +86,33 @@ def test_a_file_deleted_meanwhile_reads_as_absent(spark: SparkSession, tmp_path:
         stop.set()
         worker.join()
     assert seen == {True, False}  # the churn really ran under the calls
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "file:/tmp/w/db.db/t/part-0.parquet",
+        "file:/tmp/w/t/p=a b/x%20y/_c=1/f.parquet",  # spaces, escapes, a data folder named _x=
+        "file:/tmp/w/t/p=é:ü/f",
+        "file:///tmp/w/t/f",  # not taken as is: Hadoop drops the empty authority
+        "file:/tmp/w//t/f",
+        "file:/tmp/w/./t/../f",
+        "file:/tmp/w/t/",
+        "/tmp/w/t/f",
+    ],
+)
+def test_qualify_agrees_with_hadoop(spark: SparkSession, path: str) -> None:
+    """The shortcut for plain local URIs returns exactly what Hadoop's makeQualified does."""
+    st = HadoopStorage(spark)
+    jp = st._path(path)
+    assert st.qualify(path) == str(st._fs(jp).makeQualified(jp).toString())
+
+
+def test_listed_paths_are_qualified_also_under_an_unqualified_root(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    sizes, _ = _write(spark, tmp_path, "parquet", [3])
+    (path,) = sizes
+    st = HadoopStorage(spark)
+    (info,) = st.list_data_files(os.path.relpath(tmp_path / "f0", os.getcwd()))
+    assert info.path == path == st.qualify(path)

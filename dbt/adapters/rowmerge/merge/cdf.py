@@ -26,7 +26,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from pyspark.sql.utils import AnalysisException
 
 from .errors import MergeSpecError, UnsupportedTableError, spark_reason
-from .outputs import FILE, ROW, old_value, output_value, q
+from .outputs import FILE, ROW, output_value, q, updates
 from .plan import MergePlan
 from .rewrite import StagedFile, inserted_rows, staged_files, touched_join
 from .scan import ScanResult
@@ -154,9 +154,11 @@ def _touched_changes(
     m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
     updated, deleted = tj.acts("update"), tj.acts("delete")
 
+    acts = updates(plan, m_idx, b_idx)
+
     def image(kind: str, new: bool) -> Any:
         values = [
-            (output_value(plan, f.name, m_idx, b_idx) if new else old_value(plan, f.name)).alias(f.name)
+            (output_value(f.name, acts) if new else acts.old[f.name]).alias(f.name)
             for f in plan.output_fields
         ]
         return F.struct(*values, F.lit(kind).alias(CHANGE_TYPE))

@@ -512,7 +512,7 @@ class Journal:
 
     def snapshot(self) -> dict[str, FileInfo]:
         """Every data file of the table now, to prove at commit time that no one changed them."""
-        return {self.storage.qualify(f.path): f for f in self.storage.list_data_files(self.location)}
+        return {f.path: f for f in self.storage.list_data_files(self.location)}  # qualified
 
     # -- file statistics (recorded in the entries; see filestats) ---------------------------
     def file_summaries(

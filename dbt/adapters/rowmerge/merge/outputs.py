@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import reduce
 from typing import Protocol
 
@@ -244,28 +245,53 @@ def changed(plan: ResolvedMerge, rc: ActingClause) -> Column:
 # -- output values -------------------------------------------------------------------------
 
 
-def output_value(plan: ResolvedMerge, name: str, matched_idx: Column, nmbs_idx: Column) -> Column:
-    """New value of ``name`` for a target row in the rewrite (old value if no update acts)."""
-    expr = None
+@dataclass(frozen=True)
+class Updates:
+    """Which update clause acts on a joined row, and the row's old values: built once per frame
+    and shared by every output column's CASE (built per column, the same conditions cost a
+    py4j call per node and column, most of a small merge's driver time)."""
+
+    conditions: tuple[tuple[Column, ActingClause], ...]  # (the clause acts on this row, clause)
+    old: Mapping[str, Column]  # output column -> the target row's current value
+
+
+def updates(plan: ResolvedMerge, matched_idx: Column, nmbs_idx: Column) -> Updates:
+    """The update clauses of ``plan`` as they act on a target-source joined row."""
+    src = src_present(plan)
+    conditions = []
     for kind_active, idx, clauses in (
-        (src_present(plan), matched_idx, plan.matched),
-        (~src_present(plan), nmbs_idx, plan.not_matched_by_source),
+        (src, matched_idx, plan.matched),
+        (~src, nmbs_idx, plan.not_matched_by_source),
     ):
         for rc in clauses:
-            if rc.action != "update" or name not in rc.values:
-                continue
-            cond = kind_active & (idx == rc.index)
-            expr = F.when(cond, rc.values[name]) if expr is None else expr.when(cond, rc.values[name])
-    return old_value(plan, name) if expr is None else expr.otherwise(old_value(plan, name))
+            if rc.action == "update":
+                conditions.append((kind_active & (idx == rc.index), rc))
+    return Updates(tuple(conditions), {f.name: old_value(plan, f.name) for f in plan.output_fields})
 
 
-def insert_value(plan: ResolvedMerge, name: str, nm_idx: Column, typ: DataType) -> Column:
-    """Value of ``name`` in the row inserted by not_matched clause ``nm_idx`` (NULL if it sets none)."""
+def output_value(name: str, acts: Updates) -> Column:
+    """New value of ``name`` for a target row in the rewrite (old value if no update acts)."""
     expr = None
-    for rc in plan.not_matched:
-        value = rc.values.get(name, F.lit(None).cast(typ))
-        expr = F.when(nm_idx == rc.index, value) if expr is None else expr.when(nm_idx == rc.index, value)
-    return F.lit(None).cast(typ) if expr is None else expr
+    for cond, rc in acts.conditions:
+        if name not in rc.values:
+            continue
+        expr = F.when(cond, rc.values[name]) if expr is None else expr.when(cond, rc.values[name])
+    return acts.old[name] if expr is None else expr.otherwise(acts.old[name])
+
+
+def insert_values(plan: ResolvedMerge, nm_idx: Column) -> list[Column]:
+    """Each output column's value in the row inserted by not_matched clause ``nm_idx`` (NULL
+    where the clause sets none), named after the column."""
+    chosen = [(nm_idx == rc.index, rc) for rc in plan.not_matched]
+    out = []
+    for f in plan.output_fields:
+        null = F.lit(None).cast(f.dataType)
+        expr = None
+        for cond, rc in chosen:
+            value = rc.values.get(f.name, null)
+            expr = F.when(cond, value) if expr is None else expr.when(cond, value)
+        out.append((null if expr is None else expr).alias(f.name))
+    return out
 
 
 def key_sample(plan: ResolvedMerge) -> Column:

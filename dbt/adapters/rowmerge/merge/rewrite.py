@@ -27,10 +27,11 @@ from .outputs import (
     SRC_ID,
     acting,
     action_index,
-    insert_value,
+    insert_values,
     output_value,
     q,
     src_present,
+    updates,
 )
 from .plan import MergePlan
 from .scan import ScanResult, target_frame
@@ -79,8 +80,9 @@ def rewritten_rows(
     """All rows of the touched files after the merge (deleted rows dropped)."""
     tj = touched_join(spark, plan, source, touched)
     m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
+    acts = updates(plan, m_idx, b_idx)
     out = tj.rows.where(~tj.acts("delete")).select(
-        *[output_value(plan, f.name, m_idx, b_idx).alias(f.name) for f in plan.output_fields],
+        *[output_value(f.name, acts).alias(f.name) for f in plan.output_fields],
         F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE),
         F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW),
     )
@@ -108,9 +110,7 @@ def inserted_rows(
         matched_ids = matched.select(F.col(f"`{plan.sa}`.`{SRC_ID}`").alias(SRC_ID))
         unmatched = source.df.join(matched_ids, SRC_ID, "left_anti").alias(plan.sa)
     nm_idx = action_index(plan.not_matched)
-    return unmatched.where(nm_idx != NO_ACTION).select(
-        *[insert_value(plan, f.name, nm_idx, f.dataType).alias(f.name) for f in plan.output_fields]
-    )
+    return unmatched.where(nm_idx != NO_ACTION).select(*insert_values(plan, nm_idx))
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def staged_files(
     are counted too, for the journal.
     """
     removed = removed or {}
-    listed = {storage.qualify(f.path): f for f in storage.list_data_files(staging)}
+    listed = {f.path: f for f in storage.list_data_files(staging)}  # qualified
     summaries = summarize_files(storage, {p: f.size for p, f in listed.items()}, file_format, fields)
     counts = storage.count_rows(removed, file_format) if removed else {}
     out = []

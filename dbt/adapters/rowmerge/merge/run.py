@@ -39,6 +39,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from .callsites import without_call_sites
 from .cdf import ChangesTable, change_rows, feed_schema, prepare_changes_table, write_change_feed
 from .errors import (
     CastError,
@@ -98,7 +99,7 @@ class Commit:
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
     """Merge ``spec['source']`` into ``spec['target']``; see the module doc for the phases."""
     metrics = MergeMetrics()
-    with timed(metrics, "executionTimeMs"):
+    with timed(metrics, "executionTimeMs"), without_call_sites():
         parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
         journal = _journal(spark, load_target(spark, parsed.target).location)
         with _lock(journal, parsed.target, "MERGE", parsed.lock_timeout_s) as lock:

@@ -62,7 +62,8 @@ class Storage(ABC):
 
     @abstractmethod
     def list_data_files(self, root: str) -> list[FileInfo]:
-        """All visible files under ``root`` (recursive), skipping hidden names at any level."""
+        """All visible files under ``root`` (recursive), skipping hidden names at any level; paths
+        qualified."""
 
     @abstractmethod
     def list_names(self, path: str) -> list[str]:
@@ -114,6 +115,14 @@ class Storage(ABC):
         return _fs_root(self.qualify(a)) == _fs_root(self.qualify(b))
 
 
+def _plainly_qualified_local(path: str) -> bool:
+    """True if ``path`` is a ``file:/...`` URI that Hadoop's ``makeQualified`` returns unchanged:
+    one slash after the scheme, no empty, ``.`` or ``..`` segment, no trailing slash."""
+    if not path.startswith("file:/") or path.startswith("file://") or path.endswith("/"):
+        return False
+    return all(seg not in ("", ".", "..") for seg in path[len("file:/") :].split("/"))
+
+
 def _fs_root(qualified: str) -> str:
     scheme, sep, rest = qualified.partition(":")
     if not sep:
@@ -148,6 +157,8 @@ class HadoopStorage(Storage):
         return jpath.getFileSystem(self._conf)
 
     def qualify(self, path: str) -> str:
+        if _plainly_qualified_local(path):  # what Hadoop would return as is, without 3 py4j calls
+            return path
         jp = self._path(path)
         return str(self._fs(jp).makeQualified(jp).toString())
 
@@ -171,22 +182,21 @@ class HadoopStorage(Storage):
     def list_data_files(self, root: str) -> list[FileInfo]:
         jroot = self._path(root)
         fs = self._fs(jroot)
+        jroot = fs.makeQualified(jroot)  # so every listed path comes back qualified
         if not fs.exists(jroot):
             return []
         out: list[FileInfo] = []
         stack = [jroot]
         while stack:
             for st in fs.listStatus(stack.pop()):
-                if is_hidden(str(st.getPath().getName())):
+                jp = st.getPath()
+                path = str(jp.toString())
+                if is_hidden(path.rsplit("/", 1)[-1]):
                     continue
                 if st.isDirectory():
-                    stack.append(st.getPath())
+                    stack.append(jp)
                 else:
-                    out.append(
-                        FileInfo(
-                            str(st.getPath().toString()), int(st.getLen()), int(st.getModificationTime())
-                        )
-                    )
+                    out.append(FileInfo(path, int(st.getLen()), int(st.getModificationTime())))
         return sorted(out, key=lambda f: f.path)
 
     def list_names(self, path: str) -> list[str]:
