@@ -1,16 +1,17 @@
-"""Run the integration dbt project end to end: seed once, then run and test each batch.
+"""Run the integration dbt project end to end: one ``dbt build`` per batch, then the history.
 
     python scripts/demo.py [--work-dir DIR] [--keep-going]
 
-Wipes the work directory (default ``integration_project/target``), runs ``dbt seed`` (the
-seeds hold every batch), then for batch 0 (the first run: every table is created), 1 and 2
-(row-level merges) runs ``dbt run --vars '{batch: N}'`` and ``dbt test --vars '{batch: N}'``,
-streaming dbt's output, and finally ``dbt run-operation rowmerge_history`` for orders_cdc.
-Every dbt invocation pays Spark's start-up once.
+Wipes the work directory (default ``integration_project/target``), then for batch 0 (the
+first run: seeds loaded, every table created), 1 and 2 (row-level merges) runs
+``dbt build --vars '{batch: N}'`` (seeds only in batch 0: they hold every batch), which runs
+each model and then the project's tests of it, streaming dbt's output; finally
+``dbt run-operation rowmerge_history`` for orders_cdc. Every dbt invocation pays Spark's
+start-up once.
 
 Everything the run writes goes under the work directory: dbt's target files and logs,
 Spark's warehouse and the Derby metastore (``ROWMERGE_DEMO_HOME``, read by profiles.yml).
-After each ``dbt run`` its run_results.json is kept as ``run_results_batch_<N>.json``;
+After each ``dbt build`` its run_results.json is kept as ``run_results_batch_<N>.json``;
 at the end a summary prints every model's run line per batch and is written to
 ``demo_summary.json``. Exits non-zero if any dbt command fails.
 """
@@ -155,23 +156,22 @@ def main(argv: list[str] | None = None) -> int:
         vars_arg = f"{{batch: {batch}}}"
         entry: dict[str, Any] = {"batch": batch, "exit_codes": {}, "models": []}
         summary["batches"].append(entry)
-        # The seeds hold every batch (models pick theirs with var('batch')): load them once.
-        for step in ("seed", "run", "test") if batch == BATCHES[0] else ("run", "test"):
-            cmd = [step] if step == "seed" else [step, "--vars", vars_arg]
-            rc = run_dbt(dbt, cmd, work_dir, env)
-            entry["exit_codes"][step] = rc
-            if step == "run":
-                results_path = work_dir / "run_results.json"
-                if results_path.exists():
-                    kept = work_dir / f"run_results_batch_{batch}.json"
-                    shutil.copyfile(results_path, kept)
-                    entry["models"] = model_results(json.loads(kept.read_text()))
-            if rc != 0:
-                summary["ok"] = False
-                if step != "test" or not args.keep_going:
-                    break
-        if not summary["ok"] and not args.keep_going:
-            break
+        # One `dbt build` per batch, as a user runs it: every model, then the tests that read it.
+        # The seeds hold every batch (models pick theirs with var('batch')): loaded once.
+        cmd = ["build", "--vars", vars_arg]
+        if batch != BATCHES[0]:
+            cmd += ["--exclude-resource-type", "seed"]
+        rc = run_dbt(dbt, cmd, work_dir, env)
+        entry["exit_codes"]["build"] = rc
+        results_path = work_dir / "run_results.json"
+        if results_path.exists():
+            kept = work_dir / f"run_results_batch_{batch}.json"
+            shutil.copyfile(results_path, kept)
+            entry["models"] = model_results(json.loads(kept.read_text()))
+        if rc != 0:
+            summary["ok"] = False
+            if not args.keep_going:
+                break
 
     if summary["ok"]:
         history: list[str] = []
