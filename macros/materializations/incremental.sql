@@ -9,8 +9,10 @@
   {%- set raw_strategy = config.get('incremental_strategy') or 'append' -%}
   {%- set grant_config = config.get('grants') -%}
 
-  {#-- row_level_merge's file format is checked with the rest of its config, in Python
-      (adapter.rowmerge_validate), so its message names the strategy's own choices. --#}
+  {#-- An unknown strategy fails listing every strategy of this adapter (dbt-spark's list
+      lacks row_level_merge). row_level_merge's file format is checked with the rest of its
+      config, in Python (adapter.rowmerge_validate), so its message names its own choices. --#}
+  {%- do adapter.rowmerge_check_strategy(raw_strategy) -%}
   {%- if raw_strategy == 'row_level_merge' -%}
     {%- set file_format = raw_file_format -%}
     {%- set strategy = raw_strategy -%}
@@ -46,7 +48,26 @@
 
   {{ run_hooks(pre_hooks) }}
 
-  {%- if existing_relation is none -%}
+  {#-- `dbt run --empty` reads no rows: a merge would see an empty source (and a NOT MATCHED
+       BY SOURCE delete would empty the table), a rebuild would replace the table with an
+       empty one. The source view is still built and the spec compiled and validated against
+       the table's columns; nothing is written. --#}
+  {%- set empty_run = strategy == 'row_level_merge' and flags.EMPTY and existing_relation is not none and not existing_relation.is_view -%}
+
+  {%- if empty_run -%}
+    {%- call statement('create_tmp_relation', language=language) -%}
+      {{ create_table_as(True, tmp_relation, compiled_code, language) }}
+    {%- endcall -%}
+    {%- set columns = adapter.get_columns_in_relation(target_relation) | map(attribute='name') | list -%}
+    {%- set spec = rowmerge_spec(model.config, target_relation, tmp_relation.render(), columns) -%}
+    {%- do write(adapter.rowmerge_merge_text(spec)) -%}
+    {%- do store_result('main', response=adapter.rowmerge_skip_merge(spec, '--empty')) -%}
+    {%- if language == 'python' -%}
+      {% call statement('drop_relation') -%}
+        drop table if exists {{ tmp_relation }}
+      {%- endcall %}
+    {%- endif -%}
+  {%- elif existing_relation is none -%}
     {%- call statement('main', language=language) -%}
       {{ create_table_as(False, target_relation, compiled_code, language) }}
     {%- endcall -%}
@@ -76,6 +97,8 @@
     {%- if strategy == 'row_level_merge' -%}
       {%- set columns = adapter.get_columns_in_relation(target_relation) | map(attribute='name') | list -%}
       {%- set spec = rowmerge_spec(model.config, target_relation, tmp_relation.render(), columns) -%}
+      {#-- target/run/<model>.sql shows the merge, not the temporary view it reads --#}
+      {%- do write(adapter.rowmerge_merge_text(spec)) -%}
       {%- set response = adapter.rowmerge_run_merge(spec) -%}
       {%- do store_result('main', response=response) -%}
     {%- else -%}

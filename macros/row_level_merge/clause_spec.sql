@@ -36,6 +36,9 @@
   {%- if cfg.get('lock_timeout_s') is not none -%}
     {%- do spec.update({'lock_timeout_s': cfg.get('lock_timeout_s')}) -%}
   {%- endif -%}
+  {%- if cfg.get('allow_empty_source') is not none -%}
+    {%- do spec.update({'allow_empty_source': cfg.get('allow_empty_source')}) -%}
+  {%- endif -%}
   {{ return(spec) }}
 {% endmacro %}
 

@@ -108,6 +108,9 @@ class Case:
             "skip_unchanged_updates": self.skip_unchanged_updates,
             "change_data_feed": {"table": changes},
             "schema_evolution": self.schema_evolution,
+            # MERGE semantics as the oracle has them: an empty source with a NOT MATCHED BY
+            # SOURCE delete empties the table (the guard refusing it is tested in test_guards).
+            "allow_empty_source": True,
         }
 
     def to_python(self) -> str:

@@ -65,9 +65,11 @@ def test_empty_source_changes_nothing(spark, db):
 
 
 def test_empty_source_with_not_matched_by_source_delete_removes_every_row(spark, db):
+    """Opted in (allow_empty_source): MERGE semantics; without it the guard refuses (test_guards)."""
     t = _target(spark, db)
     src = source_view(spark, f"{db}_src", "id long, v string", [])
-    result = merge(spark, t, src, [*UPSERT, {"when": "not_matched_by_source", "action": "delete"}])
+    nmbs_delete = {"when": "not_matched_by_source", "action": "delete"}
+    result = merge(spark, t, src, [*UPSERT, nmbs_delete], allow_empty_source=True)
     assert rows(spark, t) == []
     assert file_snapshot(spark, t) == {}
     m = result.metrics

@@ -52,6 +52,12 @@ STATIC = {
         "Invalid file_format 'foo' for incremental_strategy='row_level_merge': set file_format to "
         "'parquet' (the default) or 'orc'.",
     ),
+    # dbt keeps an unknown key as custom config: a typo would silently change the merge.
+    "misspelled_key": (
+        f"unique_key='id', delete_conditon=\"{S}.name = 'B'\"",
+        "{prefix}`delete_conditon` is not a row_level_merge config key (did you mean "
+        "`delete_condition`?); as written dbt keeps it as custom config and the merge ignores it",
+    ),
 }
 
 # Problems that need the target's columns: reported at the first merge.

@@ -163,3 +163,27 @@ def test_merge_metrics(demo: tuple[subprocess.CompletedProcess[str], Path], batc
         added = models[name]["adapter_response"]["metrics"]["numTargetChangeFilesAdded"]
         assert (added > 0) == (name == "orders_cdc"), (name, added)
     assert models["order_change_summary"]["status"] == "success"
+
+
+@pytest.mark.slow
+def test_empty_run_skips_every_merge(demo: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    """`dbt run --empty` after the last batch: every merge model is skipped, nothing changes
+    (test_history_of_the_change_feed_model sees no version after batch 2's)."""
+    proc, work_dir = demo
+    assert proc.returncode == 0, proc.stdout[-20000:]
+    empty = json.loads((work_dir / "demo_summary.json").read_text())["empty_run"]
+    assert empty["exit_code"] == 0
+    assert {m["model"]: m["message"] for m in empty["models"]} == {
+        name: f"MERGE skipped (--empty): rowmerge_it.{name} not changed" for name in EXPECTED_MERGES[2]
+    }
+
+
+@pytest.mark.slow
+def test_console_is_quiet(demo: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    """No Spark session warning per statement, no stage progress bars, no doubled prefix."""
+    proc, _ = demo
+    assert proc.returncode == 0, proc.stdout[-20000:]
+    out = proc.stdout + proc.stderr
+    assert "Using an existing Spark session" not in out
+    assert "[Stage " not in out
+    assert "rowmerge: rowmerge:" not in out and "adapter: rowmerge:" not in out

@@ -23,7 +23,13 @@ def test_every_key_of_the_rule_table_is_compiled_by_a_macro() -> None:
 
 
 # Config keys the macros copy into spec keys of the same name: parse_spec judges them.
-SPEC_PASSTHROUGH = {"target_alias", "source_alias", "skip_unchanged_updates", "lock_timeout_s"}
+SPEC_PASSTHROUGH = {
+    "target_alias",
+    "source_alias",
+    "skip_unchanged_updates",
+    "lock_timeout_s",
+    "allow_empty_source",
+}
 # Config keys dbt itself validates (on_schema_change: incremental_validate_on_schema_change).
 DBT_OWN = {"on_schema_change"}
 
@@ -113,4 +119,53 @@ def test_error_message_formats() -> None:
     assert (
         mc.error_message(REL, ["a", "b"])
         == f"Invalid row_level_merge config for {REL} (2 problems):\n  - a\n  - b"
+    )
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("delete_conditon", "delete_condition"),
+        ("unique_keys", "unique_key"),
+        ("merge_clause", "merge_clauses"),
+        ("change_data_feeds", "change_data_feed"),
+        ("not_matched_by_source_actions", "not_matched_by_source_action"),
+        ("lock_timeout", "lock_timeout_s"),
+        ("allow_empty_sources", "allow_empty_source"),
+    ],
+)
+def test_a_key_that_looks_like_ours_fails_with_did_you_mean(typo: str, meant: str) -> None:
+    config = {"unique_key": "id", typo: "x"}
+    assert mc.misspelled_keys(config) == [
+        f"`{typo}` is not a row_level_merge config key (did you mean `{meant}`?); as written dbt keeps it "
+        "as custom config and the merge ignores it"
+    ]
+    assert mc.misspelled_keys(config)[0] in mc.config_problems(config, REL)
+
+
+def test_dbt_keys_and_unrelated_custom_keys_are_not_misspellings() -> None:
+    config = {
+        "unique_key": "id",
+        "incremental_strategy": "row_level_merge",
+        "incremental_predicates": ["t.x > 1"],
+        "on_schema_change": "fail",
+        "file_format": "parquet",
+        "partition_by": ["d"],
+        "materialized": "incremental",
+        "tags": ["x"],
+        "owner_team": "finance",  # a user's own key, like nothing of ours
+    }
+    assert mc.misspelled_keys(config) == []
+
+
+def test_an_unknown_strategy_lists_row_level_merge_and_the_closest() -> None:
+    valid = ["append", "insert_overwrite", "microbatch", "merge", "row_level_merge"]
+    assert mc.strategy_problem("row_level_merge", valid) is None
+    assert mc.strategy_problem("row_level_merg", valid) == (
+        "Invalid incremental strategy provided: row_level_merg\n    Expected one of: 'append', "
+        "'insert_overwrite', 'microbatch', 'merge', 'row_level_merge' (did you mean 'row_level_merge'?)"
+    )
+    assert mc.strategy_problem("upsert_everything", valid) == (
+        "Invalid incremental strategy provided: upsert_everything\n    Expected one of: 'append', "
+        "'insert_overwrite', 'microbatch', 'merge', 'row_level_merge'"
     )

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dbt.adapters.rowmerge.merge.errors import MergeSpecError
-from dbt.adapters.rowmerge.merge.spec import parse_spec, static_problems
+from dbt.adapters.rowmerge.merge.spec import merge_sql, parse_spec, static_problems
 
 BASE: dict[str, Any] = {
     "version": 1,
@@ -183,8 +183,9 @@ def test_parse_spec_collects_every_problem_at_once() -> None:
     raw = spec(version=2, target="", clauses=[], extra=1, skip_unchanged_updates="yes")
     problems = problems_of(raw)
     assert problems == [
-        "unknown spec key(s) extra; expected some of change_data_feed, clauses, lock_timeout_s, on, "
-        "schema_evolution, skip_unchanged_updates, source, source_alias, target, target_alias, version",
+        "unknown spec key(s) extra; expected some of allow_empty_source, change_data_feed, clauses, "
+        "lock_timeout_s, on, schema_evolution, skip_unchanged_updates, source, source_alias, target, "
+        "target_alias, version",
         "`version` must be 1, got 2",
         "`target` is required and must be a non-empty string",
         "`skip_unchanged_updates` must be true or false, got 'yes'",
@@ -254,3 +255,33 @@ def test_parse_spec_messages_name_the_clause_origin() -> None:
         )
     )
     assert parsed.clauses[0].label == "delete_condition (when: matched, action: delete)"
+
+
+def test_merge_sql_reads_like_the_merge_statement() -> None:
+    d, m, n, b = BASE["clauses"]
+    bump = {"n": "DBT_INTERNAL_SOURCE.n + 1", "odd`name": "1"}
+    raw = spec(
+        clauses=[
+            d,
+            {"when": "matched", "condition": "DBT_INTERNAL_SOURCE.n > 0", "action": "update", "set": bump},
+            m,
+            n,
+            {"when": "not_matched", "action": "insert", "values": {"id": "s.id"}, "origin": "x"},
+            b,
+            {"when": "not_matched_by_source", "action": "delete"},
+        ]
+    )
+    assert merge_sql(parse_spec(raw)) == (
+        "MERGE INTO analytics.orders AS DBT_INTERNAL_DEST\n"
+        "USING orders__dbt_tmp AS DBT_INTERNAL_SOURCE\n"
+        "ON DBT_INTERNAL_DEST.id = DBT_INTERNAL_SOURCE.id\n"
+        "WHEN MATCHED AND (DBT_INTERNAL_SOURCE.op = 'D') THEN DELETE  -- clauses[0]\n"
+        "WHEN MATCHED AND (DBT_INTERNAL_SOURCE.n > 0) THEN UPDATE SET `n` = DBT_INTERNAL_SOURCE.n + 1, "
+        "`odd``name` = 1  -- clauses[1]\n"
+        "WHEN MATCHED THEN UPDATE SET *  -- clauses[2]\n"
+        "WHEN NOT MATCHED AND (DBT_INTERNAL_SOURCE.op <> 'D') THEN INSERT *  -- clauses[3]\n"
+        "WHEN NOT MATCHED THEN INSERT (`id`) VALUES (s.id)  -- x\n"
+        "WHEN NOT MATCHED BY SOURCE AND (DBT_INTERNAL_DEST.active) THEN UPDATE SET `active` = false"
+        "  -- clauses[5]\n"
+        "WHEN NOT MATCHED BY SOURCE THEN DELETE  -- clauses[6]"
+    )

@@ -6,6 +6,7 @@ and turns engine results and errors into what dbt expects.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +32,12 @@ class _ToDbtLog(logging.Handler):
     """Forward the engine's phase log lines (logger ``rowmerge``) to dbt's log."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        logger.info(record.getMessage())
+        # dbt's logger already says "RowMerge adapter: "; drop the engine's own prefix.
+        message = record.getMessage().removeprefix("rowmerge: ")
+        if record.levelno >= logging.WARNING:
+            logger.warning(message)
+        else:
+            logger.info(message)
 
 
 _engine_logger = logging.getLogger("rowmerge")
@@ -97,6 +103,14 @@ class RowMergeAdapter(SparkAdapter):
             return model_config.check(spec, config or {}, str(relation), columns)
 
     @available
+    def rowmerge_check_strategy(self, strategy: Any) -> str:
+        """An unknown incremental strategy fails naming every strategy of this adapter."""
+        problem = model_config.strategy_problem(str(strategy), self.valid_incremental_strategies())
+        if problem:
+            raise CompilationError(problem)
+        return ""
+
+    @available
     def rowmerge_check_versions(self, relation: Any, start: Any, end: Any = None) -> str:
         """``table_changes`` bounds, checked when the model that reads them compiles."""
         problem = model_config.version_range_problem(start, end)
@@ -115,6 +129,26 @@ class RowMergeAdapter(SparkAdapter):
             rows_affected=m["numTargetRowsInserted"] + m["numTargetRowsUpdated"] + m["numTargetRowsDeleted"],
             version=result.version,
             metrics=m,
+            spec=dict(spec.raw),
+        )
+
+    @available
+    def rowmerge_merge_text(self, spec: merge.MergeSpec) -> str:
+        """What ``target/run/<model>.sql`` shows: the merge as MERGE INTO text, then the clause
+        spec the engine runs."""
+        listed = json.dumps(dict(spec.raw), indent=2, sort_keys=True, default=str)
+        return (
+            "-- row_level_merge: the merge this model runs, as SQL (the engine runs the clause spec below)\n"
+            f"{merge.merge_sql(spec)}\n\n/* clause spec:\n{listed}\n*/\n"
+        )
+
+    @available
+    def rowmerge_skip_merge(self, spec: merge.MergeSpec, reason: str) -> RowMergeAdapterResponse:
+        """The run line of a merge that was compiled and validated but deliberately not run."""
+        return RowMergeAdapterResponse(
+            _message=f"MERGE skipped ({reason}): {spec.target} not changed",
+            code="MERGE",
+            rows_affected=0,
             spec=dict(spec.raw),
         )
 

@@ -14,6 +14,7 @@ it, and their tests. Defaults the macros need (aliases, the change table's suffi
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,21 @@ KEYS: dict[str, Key] = {
     "change_data_feed": Key("feed"),
 }
 SHORTHAND = tuple(k for k, rule in KEYS.items() if rule.shorthand)
+# Config keys the macros copy into the spec unchanged (parse_spec judges their values).
+SPEC_KEYS = ("target_alias", "source_alias", "skip_unchanged_updates", "lock_timeout_s", "allow_empty_source")
+# dbt's and dbt-spark's own config keys: never taken for a misspelling of ours.
+DBT_KEYS = frozenset(
+    """
+    alias batch_size begin buckets check_cols clustered_by column_types concurrent_batches contract
+    database dbt_valid_to_current docs enabled event_time file_format full_refresh grants group
+    incremental_strategy location_root lookback materialized meta on_configuration_change
+    on_schema_change options packages partition_by persist_docs post-hook pre-hook post_hook pre_hook
+    quoting schema sql_header strategy tags target_database target_schema tblproperties unique_key
+    updated_at access
+    """.split()
+)
+# How close (difflib ratio) an unknown key must be to one of ours to be called a misspelling.
+MISSPELLING_CUTOFF = 0.8
 
 
 def _is_list(value: Any) -> bool:
@@ -123,6 +139,7 @@ def config_problems(
             "file_format to 'parquet' (the default) or 'orc'."
         )
 
+    problems += misspelled_keys(config)
     for key, rule in KEYS.items():
         if _set(config, key):
             shape = _shape_problem(key, rule, config[key])
@@ -173,6 +190,34 @@ def config_problems(
     if columns is not None and not problems:
         problems += _column_problems(config, relation, columns)
     return problems
+
+
+def misspelled_keys(config: Mapping[str, Any]) -> list[str]:
+    """Keys that are not ours but look like one of ours: dbt keeps an unknown key as custom
+    config without a word, so a typo (``delete_conditon``) would silently change the merge."""
+    ours = [*KEYS, *SPEC_KEYS]
+    problems = []
+    for key in sorted(str(k) for k in config):
+        if key in ours or key in DBT_KEYS:
+            continue
+        close = difflib.get_close_matches(key, ours, n=1, cutoff=MISSPELLING_CUTOFF)
+        if close:
+            problems.append(
+                f"`{key}` is not a {STRATEGY} config key (did you mean `{close[0]}`?); as written "
+                "dbt keeps it as custom config and the merge ignores it"
+            )
+    return problems
+
+
+def strategy_problem(strategy: str, valid: Sequence[str]) -> str | None:
+    """dbt-spark's unknown-strategy message, listing this adapter's strategies (with
+    row_level_merge) and the closest one."""
+    if strategy in valid:
+        return None
+    listed = ", ".join(f"'{s}'" for s in valid)
+    close = difflib.get_close_matches(strategy, list(valid), n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"Invalid incremental strategy provided: {strategy}\n    Expected one of: {listed}{hint}"
 
 
 def _column_problems(config: Mapping[str, Any], relation: str, columns: Sequence[str]) -> list[str]:

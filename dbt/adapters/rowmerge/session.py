@@ -1,15 +1,44 @@
-"""The Spark session of the dbt process, as dbt-spark's ``method: session`` builds it."""
+"""The Spark session of the dbt process, as dbt-spark's ``method: session`` builds it, once.
+
+dbt-spark's session cursor calls ``SparkSession.builder...getOrCreate()`` with the profile's
+settings before every statement; once the session exists Spark answers each call with
+``WARN SparkSession: Using an existing Spark session; only runtime SQL configurations will take
+effect`` (19-50 lines per run). Here the session is created once, with the profile's settings,
+and every later caller (dbt's cursor, the merge engine) gets that same session back.
+
+Created by dbt, the session is quiet by default: no ``[Stage ...]`` progress bars (they
+overwrite dbt's lines) and only Spark's ERROR log lines. A profile brings either back with
+``server_side_parameters: {spark.ui.showConsoleProgress: true, spark.log.level: WARN}``.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from dbt_common.exceptions import DbtRuntimeError
 from pyspark.sql import SparkSession
 
-from dbt.adapters.rowmerge.connections import RowMergeCredentials
+if TYPE_CHECKING:
+    from dbt.adapters.rowmerge.connections import RowMergeCredentials
+
+QUIET_DEFAULTS = {"spark.ui.showConsoleProgress": "false", "spark.log.level": "ERROR"}
+
+
+def shared_session(parameters: Mapping[str, Any]) -> SparkSession:
+    """The process's running Spark session, or a new one built with ``parameters`` (over
+    :data:`QUIET_DEFAULTS`) when there is none."""
+    existing: SparkSession | None = SparkSession._instantiatedSession  # type: ignore[attr-defined]
+    if existing is not None and existing.sparkContext._jsc is not None:  # not stopped
+        return existing
+    builder = SparkSession.builder.enableHiveSupport()
+    for key, value in {**QUIET_DEFAULTS, **parameters}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def session_for(credentials: RowMergeCredentials) -> SparkSession:
-    """Return the same session dbt-spark's cursor uses (getOrCreate with the profile's params)."""
+    """Return the same session dbt-spark's cursor uses."""
     if str(credentials.method) != "session":
         raise DbtRuntimeError(
             "incremental_strategy='row_level_merge' needs `method: session` in the rowmerge "
@@ -17,7 +46,4 @@ def session_for(credentials: RowMergeCredentials) -> SparkSession:
             "PySpark session inside the dbt process. Point that session at your cluster with "
             "`server_side_parameters: {spark.master: ...}`."
         )
-    builder = SparkSession.builder.enableHiveSupport()
-    for key, value in credentials.server_side_parameters.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return shared_session(credentials.server_side_parameters)

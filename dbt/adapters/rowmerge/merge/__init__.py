@@ -9,6 +9,7 @@ from .errors import (
     CardinalityViolation,
     CastError,
     ConcurrentMergeError,
+    EmptySourceError,
     ExecutionError,
     JournalError,
     MergeCommittedError,
@@ -19,12 +20,13 @@ from .errors import (
 from .journal import Recovery
 from .metrics import MergeResult
 from .run import history, recover, run_merge, start_history
-from .spec import MergeSpec, parse_spec, static_problems
+from .spec import MergeSpec, merge_sql, parse_spec, static_problems
 
 __all__ = [
     "CardinalityViolation",
     "CastError",
     "ConcurrentMergeError",
+    "EmptySourceError",
     "ExecutionError",
     "JournalError",
     "MergeCommittedError",
@@ -35,6 +37,7 @@ __all__ = [
     "Recovery",
     "UnsupportedTableError",
     "history",
+    "merge_sql",
     "parse_spec",
     "recover",
     "run_merge",

@@ -81,6 +81,19 @@ class ExecutionError(MergeError):
         )
 
 
+class EmptySourceError(MergeError):
+    """The source is empty and a NOT MATCHED BY SOURCE clause would delete every target row."""
+
+    def __init__(self, target: str, clause: str) -> None:
+        super().__init__(
+            f"MERGE into {target} refused: the source is empty and {clause} deletes every target row "
+            "no source row matches, so this merge would delete every row of the table. An empty "
+            "source usually means an upstream problem (or a run with no input). If an empty source "
+            "really means 'delete everything', set `allow_empty_source: true` in the model config "
+            "(spec key allow_empty_source). Nothing was changed."
+        )
+
+
 class ConcurrentMergeError(MergeError):
     """Another writer holds the table's merge lock, or changed the table's files under us."""
 

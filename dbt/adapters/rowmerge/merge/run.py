@@ -9,7 +9,8 @@
 4. plan      resolve clauses against the schemas (all config errors raise here); time
              functions are pinned to the commit time chosen here
 5. source    materialize the source once, collect key statistics and, from the files'
-             footer statistics (filestats), which files its keys can fall in
+             footer statistics (filestats), which files its keys can fall in; refuse an
+             empty source that would delete every row, warn about NULL keys (guards)
 6. scan      find touched files among those and check cardinality in one job (skipped for
              insert-only)
 7. rewrite   write rewritten touched files + inserts into the commit's staging folder
@@ -51,6 +52,7 @@ from .errors import (
     spark_reason,
 )
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
+from .guards import check_source
 from .journal import Entry, Journal, Recovery, fault_point, utc_now
 from .lock import TableLock
 from .metrics import MergeMetrics, MergeResult, timed
@@ -119,7 +121,7 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
             summaries = _summaries(plan, journal, snapshot, versions, initial)
             skipping = plan_skipping(plan, summaries) if summaries is not None else None
 
-            logger.info("rowmerge: materializing source %s", parsed.source)
+            logger.info("rowmerge: %s: materializing the source %s", target.name, parsed.source)
             with timed(metrics, "materializeSourceTimeMs"):
                 source = materialize(spark, plan, raw_source, skipping.ranges if skipping else ())
             metrics["numSourceRows"] = source.num_rows
@@ -132,6 +134,7 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
                 skipping,
             )
             try:
+                check_source(plan, source)
                 version = _merge(spark, plan, source, journal, lock, commit, metrics)
             except MergeCommittedError:
                 raise
@@ -148,7 +151,7 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
             finally:
                 source.df.unpersist()
     result = MergeResult(version, metrics.as_dict(), target.name)
-    logger.info("rowmerge: %s (version %d)", result.summary(), version)
+    logger.info("rowmerge: %s: %s (version %d)", target.name, result.summary(), version)
     return result
 
 
@@ -207,7 +210,13 @@ def _merge(
     pruned = pruned_target(spark, plan, source, urls)
     scan: ScanResult | None = None
     if plan.matched or plan.not_matched_by_source:
-        logger.info("rowmerge: scanning %d files of %s", metrics["numTargetFilesBeforeSkipping"], target.name)
+        logger.info(
+            "rowmerge: %s: %d source rows; scanning %d of %d files",
+            target.name,
+            source.num_rows,
+            len(files) if files is not None else len(commit.snapshot),
+            len(commit.snapshot),
+        )
         with timed(metrics, "scanTimeMs"):
             scan = find_touched_files(spark, plan, source, pruned)
     removed: list[FileStats] = scan.touched if scan else []
@@ -216,21 +225,21 @@ def _merge(
     committed = False
     try:
         extra = " and writing inserts" if plan.not_matched else ""
-        logger.info("rowmerge: rewriting %d file(s)%s", len(removed), extra)
+        logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, len(removed), extra)
         with timed(metrics, "rewriteTimeMs"):
             staged, removed_rows = write_changes(
                 spark, plan, source, pruned, scan, staging.data_dir, journal.storage
             )
         _record_counts(metrics, scan, staged, removed, files)
         if not staged and not removed:
-            logger.info("rowmerge: nothing to change in %s", target.name)
+            logger.info("rowmerge: %s: nothing to change", target.name)
             return commit.version - 1
         fault_point("staged_data")
 
         timestamp = commit.time
         feed: list[StagedFile] = []
         if commit.changes is not None:
-            logger.info("rowmerge: writing change feed rows for %s", commit.changes.name)
+            logger.info("rowmerge: %s: writing change feed rows to %s", target.name, commit.changes.name)
             with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
                 rows = change_rows(spark, plan, source, pruned, scan, staging.data_dir)
                 if rows is not None:
@@ -238,7 +247,9 @@ def _merge(
             fault_point("staged_cdf")
         metrics["numTargetChangeFilesAdded"] = len(feed)
 
-        logger.info("rowmerge: committing %d new, %d replaced file(s)", len(staged), len(removed))
+        logger.info(
+            "rowmerge: %s: committing %d new, %d replaced file(s)", target.name, len(staged), len(removed)
+        )
         with timed(metrics, "commitTimeMs"):
             replaced = {journal.storage.from_spark_path(f.path): f.size for f in removed}
             entry = journal.merge_entry(

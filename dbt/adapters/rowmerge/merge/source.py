@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -48,6 +49,8 @@ class MaterializedSource:
     # Per (KeyRanges, source expression) handed to materialize: the ids of the files some
     # source row's key falls in (see filestats.candidate_ids).
     file_hits: list[list[int]] = field(default_factory=list)
+    # Rows with a NULL in some `=` key of `on`: they can match no target row (see guards).
+    null_key_rows: int = 0
 
     def join_side(self) -> DataFrame:
         """The source as the build side of a join (broadcast when small)."""
@@ -152,6 +155,9 @@ def materialize(
     )
     aliased = df.alias(plan.sa)
     aggs = [F.count(F.lit(1)).alias("n")]
+    if plan.key_pairs:
+        any_null = reduce(lambda a, b: a | b, [F.expr(e).isNull() for _, e in plan.key_pairs])
+        aggs.append(F.count(F.when(any_null, F.lit(1))).alias("null_keys"))
     partition_cols = {c.lower() for c in plan.target.partition_columns}
     prunable = [
         (i, t, e) for i, (t, e) in enumerate(plan.key_pairs) if _prunable(plan.target.field(t).dataType)
@@ -182,4 +188,5 @@ def materialize(
         key_stats=stats,
         broadcastable=0 <= _estimated_bytes(source.schema, num_rows) <= threshold,
         file_hits=[sorted(set(row[f"files{j}"] or ())) for j in range(len(ranges))],
+        null_key_rows=int(row["null_keys"]) if plan.key_pairs else 0,
     )

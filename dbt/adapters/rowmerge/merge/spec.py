@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import MergeSpecError
-from .sqltext import check_path_safe, expression_problem, parse_name, shorten
+from .sqltext import check_path_safe, expression_problem, parse_name, quote, shorten
 
 _ALIAS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -51,6 +51,7 @@ TOP_LEVEL_KEYS = {
     "change_data_feed",
     "schema_evolution",
     "lock_timeout_s",
+    "allow_empty_source",
 }
 # `origin` is optional: the config key a clause came from (the dbt macros set it), so
 # messages name what the user wrote, e.g. "matched_condition" or "merge_clauses[2]".
@@ -95,6 +96,9 @@ class MergeSpec:
     change_data_feed: Mapping[str, Any] | None = None
     schema_evolution: bool = DEFAULT_SCHEMA_EVOLUTION
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+    # An empty source may delete every row through a NOT MATCHED BY SOURCE delete (see
+    # EmptySourceError); off by default because an empty upstream is usually a mistake.
+    allow_empty_source: bool = False
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def of_kind(self, when: str) -> tuple[Clause, ...]:
@@ -224,6 +228,7 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
     for key, default in (
         ("skip_unchanged_updates", DEFAULT_SKIP_UNCHANGED_UPDATES),
         ("schema_evolution", DEFAULT_SCHEMA_EVOLUTION),
+        ("allow_empty_source", False),
     ):
         if not isinstance(raw.get(key, default), bool):
             problems.append(f"`{key}` must be true or false, got {raw.get(key)!r}")
@@ -266,6 +271,7 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
         change_data_feed=cdf,
         schema_evolution=bool(raw.get("schema_evolution", DEFAULT_SCHEMA_EVOLUTION)),
         lock_timeout_s=float(lock_timeout),
+        allow_empty_source=bool(raw.get("allow_empty_source", False)),
         raw=dict(raw),
     )
 
@@ -355,3 +361,34 @@ def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
                     f"`condition`; a clause after it could never act. Add a condition or move it last"
                 )
     return tuple(clauses)
+
+
+def merge_sql(spec: MergeSpec) -> str:
+    """The merge as Spark SQL ``MERGE INTO`` text: what a user reads to see what will run.
+
+    Only for reading (the engine runs the spec, never this text); each clause carries the
+    config key it came from as a comment.
+    """
+    lines = [
+        f"MERGE INTO {spec.target} AS {spec.target_alias}",
+        f"USING {spec.source} AS {spec.source_alias}",
+        f"ON {spec.on}",
+    ]
+    for c in spec.clauses:
+        when = {
+            "matched": "MATCHED",
+            "not_matched": "NOT MATCHED",
+            "not_matched_by_source": "NOT MATCHED BY SOURCE",
+        }
+        head = f"WHEN {when[c.when]}" + (f" AND ({c.condition})" if c.condition else "")
+        if c.action == "delete":
+            body = "DELETE"
+        elif c.assignments is None:
+            body = "UPDATE SET *" if c.action == "update" else "INSERT *"
+        elif c.action == "update":
+            body = "UPDATE SET " + ", ".join(f"{quote(col)} = {expr}" for col, expr in c.assignments)
+        else:
+            cols = ", ".join(quote(col) for col, _ in c.assignments)
+            body = f"INSERT ({cols}) VALUES ({', '.join(expr for _, expr in c.assignments)})"
+        lines.append(f"{head} THEN {body}  -- {c.name}")
+    return "\n".join(lines)

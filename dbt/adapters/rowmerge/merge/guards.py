@@ -1,0 +1,40 @@
+"""Phase 5b: refuse or flag merges that are valid MERGE but almost always a mistake.
+
+Run once the source is materialized and before the target is read, so a refused merge has
+read and written nothing. An empty source with a NOT MATCHED BY SOURCE delete would empty the
+table (an upstream that returned nothing for one run, a bad filter); it fails unless the spec
+opts in with ``allow_empty_source``. Source rows with a NULL key match nothing, so an insert
+clause inserts them again on every run: that is MERGE semantics, so it is a warning with the
+count, not an error.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .errors import EmptySourceError
+from .plan import MergePlan
+from .source import MaterializedSource
+
+logger = logging.getLogger("rowmerge")
+
+
+def check_source(plan: MergePlan, source: MaterializedSource) -> None:
+    """Raise EmptySourceError for an empty source that would delete every row; warn about
+    NULL keys."""
+    if source.num_rows == 0 and not plan.spec.allow_empty_source:
+        deleting = [c for c in plan.spec.not_matched_by_source if c.action == "delete"]
+        if deleting:
+            raise EmptySourceError(plan.target.name, deleting[0].label)
+    if source.null_key_rows:
+        keys = ", ".join(t for t, _ in plan.key_pairs)
+        then = "; an insert clause inserts them as new rows on every run" if plan.not_matched else ""
+        logger.warning(
+            "rowmerge: %d source row(s) merged into %s have a NULL in a key column (%s): NULL equals "
+            "nothing in `on`, so they match no target row%s. Filter them out or coalesce the key "
+            "in the model SQL.",
+            source.null_key_rows,
+            plan.target.name,
+            keys,
+            then,
+        )
