@@ -54,6 +54,22 @@
        the table's columns; nothing is written. --#}
   {%- set empty_run = strategy == 'row_level_merge' and flags.EMPTY and existing_relation is not none and not existing_relation.is_view -%}
 
+  {#-- The first run and a full refresh build the table from what a merge into an empty table
+       with the model's columns inserts: only the rows a not_matched clause inserts, with its
+       values. Resolving that merge checks `on`, every condition and the key columns against
+       the model's columns before the table exists. --#}
+  {%- set build_code, build_language = compiled_code, language -%}
+  {%- if strategy == 'row_level_merge' and not empty_run and (existing_relation is none or existing_relation.is_view or should_full_refresh()) -%}
+    {%- call statement('create_tmp_relation', language=language) -%}
+      {{ create_table_as(True, tmp_relation, compiled_code, language) }}
+    {%- endcall -%}
+    {%- set model_columns = adapter.get_columns_in_relation(tmp_relation) | map(attribute='name') | list -%}
+    {%- set spec = rowmerge_spec(model.config, target_relation, tmp_relation.render(), model_columns) -%}
+    {%- do write(adapter.rowmerge_merge_text(spec)) -%}
+    {%- set build_code = 'select * from ' ~ adapter.rowmerge_initial_rows(spec, this.identifier ~ '__dbt_initial') -%}
+    {%- set build_language = 'sql' -%}
+  {%- endif -%}
+
   {%- if empty_run -%}
     {%- call statement('create_tmp_relation', language=language) -%}
       {{ create_table_as(True, tmp_relation, compiled_code, language) }}
@@ -68,8 +84,8 @@
       {%- endcall %}
     {%- endif -%}
   {%- elif existing_relation is none -%}
-    {%- call statement('main', language=language) -%}
-      {{ create_table_as(False, target_relation, compiled_code, language) }}
+    {%- call statement('main', language=build_language) -%}
+      {{ create_table_as(False, target_relation, build_code, build_language) }}
     {%- endcall -%}
     {% do persist_constraints(target_relation, model) %}
     {%- if strategy == 'row_level_merge' -%}
@@ -82,8 +98,8 @@
     {% if not is_delta %}
       {% do adapter.drop_relation(existing_relation) %}
     {% endif %}
-    {%- call statement('main', language=language) -%}
-      {{ create_table_as(False, target_relation, compiled_code, language) }}
+    {%- call statement('main', language=build_language) -%}
+      {{ create_table_as(False, target_relation, build_code, build_language) }}
     {%- endcall -%}
     {% do persist_constraints(target_relation, model) %}
     {%- if strategy == 'row_level_merge' -%}
@@ -113,6 +129,13 @@
     {%- endif -%}
   {%- endif -%}
 
+  {%- if build_language != language -%}
+    {#-- a Python model's source was written as a table to build from; drop it --#}
+    {% call statement('drop_relation') -%}
+      drop table if exists {{ tmp_relation }}
+    {%- endcall %}
+  {%- endif -%}
+
   {% set should_revoke = should_revoke(existing_relation, full_refresh_mode) %}
   {% do apply_grants(target_relation, grant_config, should_revoke) %}
 
@@ -123,3 +146,15 @@
   {{ return({'relations': [target_relation]}) }}
 
 {%- endmaterialization %}
+
+
+{#-- A row_level_merge model's contract constraints (not_null, check) are enforced by the
+     engine on every row a merge or first run writes (they are in the clause spec); dbt-spark
+     would ALTER the table to add them, which a Parquet/ORC table refuses after it was
+     created. Every other model keeps dbt-spark's behaviour. --#}
+{% macro rowmerge__persist_constraints(relation, model) %}
+  {%- if config.get('materialized') == 'incremental' and config.get('incremental_strategy') == 'row_level_merge' -%}
+    {{ return(none) }}
+  {%- endif -%}
+  {{ return(spark__persist_constraints(relation, model)) }}
+{% endmacro %}

@@ -39,7 +39,40 @@
   {%- if cfg.get('allow_empty_source') is not none -%}
     {%- do spec.update({'allow_empty_source': cfg.get('allow_empty_source')}) -%}
   {%- endif -%}
+  {%- set constraints = rowmerge_contract_constraints(cfg) -%}
+  {%- if constraints -%}
+    {%- do spec.update({'constraints': constraints}) -%}
+  {%- endif -%}
   {{ return(spec) }}
+{% endmacro %}
+
+
+{#-- The model contract's not_null and check constraints (column- and model-level), which
+     the engine enforces on every row a merge writes; none unless the contract is enforced.
+     Other constraint types are not enforced by Spark on Parquet/ORC and are left out. --#}
+{% macro rowmerge_contract_constraints(cfg) %}
+  {%- set contract = cfg.get('contract') -%}
+  {%- if not contract or not contract.enforced or model is not mapping or model.get('columns') is none -%}
+    {{ return([]) }}
+  {%- endif -%}
+  {%- set out = [] -%}
+  {%- for name, column in model.get('columns', {}).items() -%}
+    {%- for c in column.get('constraints') or [] -%}
+      {%- if c.type == 'not_null' -%}
+        {%- do out.append({'type': 'not_null', 'column': name}) -%}
+      {%- elif c.type == 'check' and c.expression -%}
+        {%- do out.append({'type': 'check', 'expression': c.expression, 'name': c.name if c.name else none}) -%}
+      {%- endif -%}
+    {%- endfor -%}
+  {%- endfor -%}
+  {%- for c in model.get('constraints') or [] -%}
+    {%- if c.type == 'not_null' -%}
+      {%- for name in c.columns or [] -%}{%- do out.append({'type': 'not_null', 'column': name}) -%}{%- endfor -%}
+    {%- elif c.type == 'check' and c.expression -%}
+      {%- do out.append({'type': 'check', 'expression': c.expression, 'name': c.name if c.name else none}) -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {{ return(out) }}
 {% endmacro %}
 
 

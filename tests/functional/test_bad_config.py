@@ -5,8 +5,10 @@ few configs of each kind go through real runs, to prove that an invalid config f
 first run before anything is created, and fails a later run leaving the table as it was.
 Every model has a good config (var `bad` false) and a bad one (var `bad` true). Three runs:
 
-A. bad config before any table exists: static problems fail even on this first run, and
-   no table is created (column-level problems need the target's columns: not checked here);
+A. bad config before any table exists: every problem fails this first run (column-level
+   ones against the model's columns) and no table is created, except an unknown column in a
+   matched condition, which the first run leaves for the merge (the model may select that
+   column only under is_incremental(); see test_first_run.py);
 B. good config: every table is created;
 C. bad config again, now incremental: every model fails, and its table is unchanged.
 """
@@ -60,7 +62,7 @@ STATIC = {
     ),
 }
 
-# Problems that need the target's columns: reported at the first merge.
+# Problems that need the columns: on the first run checked against the model's columns.
 COLUMN_LEVEL = {
     "update_column_missing": (
         "unique_key='id', merge_update_columns=['name', 'nope']",
@@ -91,6 +93,9 @@ COLUMN_LEVEL = {
 }
 
 ALL = {**STATIC, **COLUMN_LEVEL}
+# Left for the first merge (a matched clause cannot act on the first run).
+DEFERRED_ON_FIRST_RUN = ("condition_unresolved",)
+FIRST_RUN = sorted(set(ALL) - set(DEFERRED_ON_FIRST_RUN))
 
 
 def expected_message(project, name: str) -> str:
@@ -112,18 +117,18 @@ class TestBadConfig:
     def runs(self, project):
         first = by_name(
             run_dbt(
-                ["run", "--vars", "{bad: true}", "--exclude", *COLUMN_LEVEL],
+                ["run", "--vars", "{bad: true}", "--exclude", *DEFERRED_ON_FIRST_RUN],
                 expect_pass=False,
             )
         )
-        created_on_first = {name: table_exists(project, name) for name in STATIC}
+        created_on_first = {name: table_exists(project, name) for name in FIRST_RUN}
         good = by_name(run_dbt(["run"]))
         assert {n: r.status for n, r in good.items()} == {n: "success" for n in ALL}
         assert all(table_exists(project, name) for name in ALL)
         incremental = by_name(run_dbt(["run", "--vars", "{bad: true}"], expect_pass=False))
         return first, created_on_first, incremental
 
-    @pytest.mark.parametrize("name", sorted(STATIC))
+    @pytest.mark.parametrize("name", FIRST_RUN)
     def test_fails_on_first_run(self, project, runs, name):
         first, created_on_first, _ = runs
         r = first[name]

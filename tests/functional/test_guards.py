@@ -49,9 +49,13 @@ class TestGuards:
 
     def test_empty_run_still_validates_the_config_against_the_table(self, project, built):
         bad = Path(project.project_root) / "models" / "bad.sql"
-        bad.write_text(incremental_model("unique_key='id', merge_update_columns=['nope']", ROWS_1, ROWS_1))
         try:
+            # the table exists (the bad config would fail its first run too) ...
+            bad.write_text(incremental_model("unique_key='id'", ROWS_1, ROWS_1))
             ok(run_step(1, "--select", "bad"), "bad")
+            bad.write_text(
+                incremental_model("unique_key='id', merge_update_columns=['nope']", ROWS_1, ROWS_1)
+            )
             r = run_step(1, "--select", "bad", "--empty", expect_pass=False)["bad"]
             assert r.status == "error"
             assert "`merge_update_columns` names column 'nope'" in r.message

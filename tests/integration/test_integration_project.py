@@ -165,16 +165,48 @@ def test_merge_metrics(demo: tuple[subprocess.CompletedProcess[str], Path], batc
     assert models["order_change_summary"]["status"] == "success"
 
 
+# customers_snapshot (hard_deletes='new_record'): (versions closed, versions inserted) per
+# batch. 1: Bob, Carol changed, Dan, Eve gone (each closed + one new version or deletion
+# record), Frank, Grace new. 2: Alice, Carol, Frank, Grace gone, Dan's deletion record closed
+# by Daniel, Heidi new; Eve is still deleted and Bob's older updated_at is no change.
+EXPECTED_SNAPSHOT = {1: (4, 6), 2: (5, 6)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [0, 1, 2])
+def test_snapshot_runs_through_the_engine(
+    demo: tuple[subprocess.CompletedProcess[str], Path], batch: int
+) -> None:
+    """The snapshot is created by batch 0 and merged by the engine after (journal versions 1, 2);
+    its rows are checked by the project's own test, assert_customers_snapshot_state."""
+    proc, work_dir = demo
+    assert proc.returncode == 0, proc.stdout[-20000:]
+    results = json.loads((work_dir / f"run_results_batch_{batch}.json").read_text())["results"]
+    by_id = {r["unique_id"].split(".")[-1]: r for r in results}
+    assert by_id["customers_snapshot"]["status"] == "success"
+    assert by_id["assert_customers_snapshot_state"]["status"] == "pass"
+    response = by_id["customers_snapshot"]["adapter_response"]
+    if batch == 0:
+        assert response.get("code") != "MERGE"
+        return
+    assert response["code"] == "MERGE" and response["version"] == batch
+    metrics = response["metrics"]
+    got = (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"], metrics["numTargetRowsDeleted"])
+    assert got == (*EXPECTED_SNAPSHOT[batch], 0), metrics
+
+
 @pytest.mark.slow
 def test_empty_run_skips_every_merge(demo: tuple[subprocess.CompletedProcess[str], Path]) -> None:
-    """`dbt run --empty` after the last batch: every merge model is skipped, nothing changes
+    """`dbt run --empty` and `dbt snapshot --empty` after the last batch: every merge model and
+    the snapshot are skipped, nothing changes
     (test_history_of_the_change_feed_model sees no version after batch 2's)."""
     proc, work_dir = demo
     assert proc.returncode == 0, proc.stdout[-20000:]
     empty = json.loads((work_dir / "demo_summary.json").read_text())["empty_run"]
     assert empty["exit_code"] == 0
     assert {m["model"]: m["message"] for m in empty["models"]} == {
-        name: f"MERGE skipped (--empty): rowmerge_it.{name} not changed" for name in EXPECTED_MERGES[2]
+        name: f"MERGE skipped (--empty): rowmerge_it.{name} not changed"
+        for name in [*EXPECTED_MERGES[2], "customers_snapshot"]
     }
 
 

@@ -184,8 +184,8 @@ def test_parse_spec_collects_every_problem_at_once() -> None:
     problems = problems_of(raw)
     assert problems == [
         "unknown spec key(s) extra; expected some of allow_empty_source, change_data_feed, clauses, "
-        "lock_timeout_s, on, schema_evolution, skip_unchanged_updates, source, source_alias, target, "
-        "target_alias, version",
+        "constraints, lock_timeout_s, on, schema_evolution, skip_unchanged_updates, source, source_alias, "
+        "target, target_alias, version",
         "`version` must be 1, got 2",
         "`target` is required and must be a non-empty string",
         "`skip_unchanged_updates` must be true or false, got 'yes'",
@@ -285,3 +285,44 @@ def test_merge_sql_reads_like_the_merge_statement() -> None:
         "  -- clauses[5]\n"
         "WHEN NOT MATCHED BY SOURCE THEN DELETE  -- clauses[6]"
     )
+
+
+def test_parse_spec_constraints() -> None:
+    parsed = parse_spec(
+        spec(
+            constraints=[
+                {"type": "not_null", "column": " id "},
+                {"type": "check", "expression": "qty >= 0", "name": "qty_ok"},
+                {"type": "check", "expression": "qty < 10", "name": None},
+            ]
+        )
+    )
+    assert [c.label for c in parsed.constraints] == [
+        "not_null(id)",
+        "check qty_ok (qty >= 0)",
+        "check (qty < 10)",
+    ]
+    assert parse_spec(spec()).constraints == ()
+
+
+def test_parse_spec_rejects_bad_constraints() -> None:
+    assert problems_of(spec(constraints="id not null")) == [
+        "`constraints` must be a list of constraints, got 'id not null'"
+    ]
+    assert problems_of(
+        spec(
+            constraints=[
+                "x",
+                {"type": "not_null"},
+                {"type": "check", "expression": " "},
+                {"type": "unique", "column": "id"},
+                {"type": "not_null", "column": "id", "columns": ["id"]},
+            ]
+        )
+    ) == [
+        "constraints[0]: each constraint must be a mapping, got 'x'",
+        "constraints[1]: a not_null constraint needs `column`, got None",
+        "constraints[2]: a check constraint needs `expression` (SQL over the table's columns), got ' '",
+        "constraints[3]: unknown `type` 'unique'; the engine enforces not_null, check",
+        "constraints[4]: unknown key(s) columns; a constraint has type, column, expression, name",
+    ]

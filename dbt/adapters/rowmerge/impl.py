@@ -143,6 +143,17 @@ class RowMergeAdapter(SparkAdapter):
         )
 
     @available
+    def rowmerge_initial_rows(self, spec: merge.MergeSpec, view: str) -> str:
+        """Register, as temporary view ``view``, the rows a first run or full refresh creates
+        the table from (what a merge into an empty table inserts); return the view's name."""
+
+        def register(spark: SparkSession) -> str:
+            merge.initial_rows(spark, spec).createOrReplaceTempView(view)
+            return view
+
+        return self._engine(register, spec.target)
+
+    @available
     def rowmerge_skip_merge(self, spec: merge.MergeSpec, reason: str) -> RowMergeAdapterResponse:
         """The run line of a merge that was compiled and validated but deliberately not run."""
         return RowMergeAdapterResponse(

@@ -2,6 +2,7 @@
 
 Public API (stable): ``run_merge(spark, spec)``, ``recover(spark, table_name)``,
 ``history(spark, table_name, limit=None)``, ``start_history(spark, table_name, ...)``,
+``initial_rows(spark, spec)``,
 ``MergeResult``, ``Recovery`` and the error classes.
 """
 
@@ -9,6 +10,7 @@ from .errors import (
     CardinalityViolation,
     CastError,
     ConcurrentMergeError,
+    ConstraintViolation,
     EmptySourceError,
     ExecutionError,
     JournalError,
@@ -17,6 +19,7 @@ from .errors import (
     MergeSpecError,
     UnsupportedTableError,
 )
+from .initial import initial_rows
 from .journal import Recovery
 from .metrics import MergeResult
 from .run import history, recover, run_merge, start_history
@@ -26,6 +29,7 @@ __all__ = [
     "CardinalityViolation",
     "CastError",
     "ConcurrentMergeError",
+    "ConstraintViolation",
     "EmptySourceError",
     "ExecutionError",
     "JournalError",
@@ -37,6 +41,7 @@ __all__ = [
     "Recovery",
     "UnsupportedTableError",
     "history",
+    "initial_rows",
     "merge_sql",
     "parse_spec",
     "recover",

@@ -69,6 +69,25 @@ class CastError(MergeError):
         )
 
 
+class ConstraintViolation(MergeError):
+    """A row an update or insert writes breaks a constraint of the model's contract."""
+
+    def __init__(
+        self, target: str, constraint: str, sample: str, rows: int | None = None, created: bool = False
+    ) -> None:
+        self.constraint = constraint
+        what = f"{rows} row(s)" if rows is not None else "a row"
+        verb = "violate" if rows is not None and rows != 1 else "violates"
+        if created:
+            head = f"{target} was not created: {what} of the model {verb}"
+        else:
+            head = f"MERGE into {target} failed: {what} it writes {verb}"
+        super().__init__(
+            f"{head} constraint {constraint} (first: {sample}). Nothing was changed. Fix the rows in the "
+            "model SQL, or change the model's contract."
+        )
+
+
 class ExecutionError(MergeError):
     """Spark failed while evaluating the merge (before its commit point); nothing was changed."""
 

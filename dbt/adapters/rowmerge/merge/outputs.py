@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Protocol
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StringType, StructField, StructType
 
-from .spec import MergeSpec
+from .spec import Constraint, MergeSpec
 from .sqltext import shorten
 from .table import TargetTable
 
@@ -37,6 +37,7 @@ FILE = PREFIX + "file"  # _metadata.file_path of the target row
 ROW = PREFIX + "row"  # row position inside its file (row_index, or a per-scan id for ORC)
 SIZE = PREFIX + "size"  # _metadata.file_size
 CAST_ERROR_MARK = "ROWMERGE_CAST_ERROR"
+CONSTRAINT_MARK = "ROWMERGE_CONSTRAINT"
 NO_ACTION = -1
 
 # Spark keeps a CHAR(n)/VARCHAR(n) column's declared type here; the schema says "string".
@@ -99,6 +100,9 @@ class ResolvedMerge(Protocol):
 
     @property
     def on_target_columns(self) -> Sequence[str]: ...
+
+    @property
+    def constraints(self) -> Sequence[tuple[Constraint, Column]]: ...
 
     @property
     def ta(self) -> str: ...
@@ -292,6 +296,33 @@ def insert_values(plan: ResolvedMerge, nm_idx: Column) -> list[Column]:
             expr = F.when(cond, value) if expr is None else expr.when(cond, value)
         out.append((null if expr is None else expr).alias(f.name))
     return out
+
+
+def written_key_sample(plan: ResolvedMerge) -> Column:
+    """The key columns of a written row (output column names), rendered for messages."""
+    cols = [t for t, _ in plan.key_pairs] or [plan.output_fields[0].name]
+    parts = []
+    for c in cols:
+        parts += [F.lit(f"{c}="), F.coalesce(F.col(q(c)).cast("string"), F.lit("NULL")), F.lit(", ")]
+    return F.concat(*parts[:-1])
+
+
+def enforce_constraints(plan: ResolvedMerge, rows: DataFrame, checked: Column | None = None) -> DataFrame:
+    """``rows`` (output columns) failing the job at the first row that breaks a constraint, with
+    :data:`CONSTRAINT_MARK`, the constraint's index in the spec and the row's key in the
+    message; ``checked``: only rows where it is true (the rows an update writes; copied
+    rows were checked when they were written)."""
+    if not plan.constraints:
+        return rows
+    sample = written_key_sample(plan)
+    raised = None
+    for i, (_, violated) in enumerate(plan.constraints):
+        when = violated if checked is None else checked & violated
+        message = F.concat(F.lit(f"{CONSTRAINT_MARK}[{i}|"), sample, F.lit("]"))
+        fail = F.raise_error(message)
+        raised = F.when(when, fail) if raised is None else raised.when(when, fail)
+    assert raised is not None
+    return rows.where(F.coalesce(raised.cast("boolean"), F.lit(True)))
 
 
 def key_sample(plan: ResolvedMerge) -> Column:

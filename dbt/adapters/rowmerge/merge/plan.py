@@ -21,12 +21,12 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, DataType, NullType, StructField
+from pyspark.sql.types import BooleanType, DataType, NullType, StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
 from .errors import MergeSpecError, spark_reason
 from .outputs import PREFIX, as_stored, char_limit, checked_cast, q
-from .spec import Clause, MergeSpec
+from .spec import Clause, Constraint, MergeSpec
 from .sqltext import UnpinnableTime, pin_time, shorten
 from .table import TargetTable
 
@@ -60,6 +60,11 @@ class MergePlan:
     key_pairs: list[tuple[str, str]]  # (target column, source expression) of `=` conjuncts in on
     target_only_conjuncts: list[str]  # conjuncts of on that read only the target
     on_target_columns: list[str]  # target columns `on` reads (for error samples)
+    # (constraint, true where a written row violates it), over the output column names
+    constraints: list[tuple[Constraint, Column]] = field(default_factory=list)
+    # first run only: (clause kind, expression, Spark's reason) of expressions left unresolved,
+    # because they read a column the model does not select yet (see build_plan)
+    deferred: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def ta(self) -> str:
@@ -71,13 +76,21 @@ class MergePlan:
 
 
 def build_plan(
-    spec: MergeSpec, target: TargetTable, source: DataFrame, target_df: DataFrame, commit_time: datetime
+    spec: MergeSpec,
+    target: TargetTable,
+    source: DataFrame,
+    target_df: DataFrame,
+    commit_time: datetime,
+    first_run: bool = False,
 ) -> MergePlan:
     """Resolve every clause against the schemas; raise MergeSpecError listing all problems.
 
     Time functions in every expression read ``commit_time`` (see the module doc); messages
     quote the expressions as the user wrote them. A broken ``on`` stops resolution at once
     (every clause resolves over its join); other problems are collected, then raised together.
+    ``first_run``: the target is the empty table dbt is about to create (:mod:`.initial`);
+    an expression that reads an unknown column is left for the merge and listed in
+    ``MergePlan.deferred`` (the model may select that column only on incremental runs).
     """
     new_fields = _evolved_fields(spec, target, source)
     r = _Resolution(
@@ -91,10 +104,11 @@ def build_plan(
     _check_source_names(r)
     s_ctx, t_ctx = source.alias(spec.source_alias), target_df.alias(spec.target_alias)
     on_text, on_col, joined = _resolve_on(r, s_ctx, t_ctx)
-    resolved = _resolve_clauses(r, _clause_scopes(spec, s_ctx, t_ctx, joined))
+    resolved = _resolve_clauses(r, _clause_scopes(spec, s_ctx, t_ctx, joined, first_run))
     on_info = analyze_on(
         source.sparkSession, on_text, spec.target_alias, spec.source_alias, target, s_ctx, t_ctx
     )
+    constraints = _resolve_constraints(r)
     if r.problems:
         raise MergeSpecError(r.problems)
     return MergePlan(
@@ -109,6 +123,8 @@ def build_plan(
         key_pairs=on_info.key_pairs,
         target_only_conjuncts=on_info.target_only,
         on_target_columns=on_info.target_columns,
+        constraints=constraints,
+        deferred=r.deferred,
     )
 
 
@@ -126,6 +142,7 @@ class _Resolution:
     column_names: list[str]  # source and target columns: a bare name that is a column is not a call
     output_fields: list[StructField]
     problems: list[str] = field(default_factory=list)
+    deferred: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -135,13 +152,16 @@ class _Scope:
     ``frame`` is the source, the target or their join; ``base_nodes`` its own plan nodes (an
     expression that adds an aggregate or window node is not row by row); ``hint`` names
     what the clause may read when that is one side only, and ``joined`` tells a reference to
-    the other side from an unknown column.
+    the other side from an unknown column. ``defer_unknown``: an unknown column is not a
+    problem yet (first run; see :func:`build_plan`).
     """
 
     frame: DataFrame
     base_nodes: list[str]
     hint: str | None
     joined: DataFrame
+    defer_unknown: bool = False
+    kind: str = ""  # matched, not_matched or not_matched_by_source
 
 
 def _evolved_fields(spec: MergeSpec, target: TargetTable, source: DataFrame) -> list[StructField]:
@@ -227,22 +247,33 @@ def _resolve_on(r: _Resolution, s_ctx: DataFrame, t_ctx: DataFrame) -> tuple[str
 
 
 def _clause_scopes(
-    spec: MergeSpec, s_ctx: DataFrame, t_ctx: DataFrame, joined: DataFrame
+    spec: MergeSpec, s_ctx: DataFrame, t_ctx: DataFrame, joined: DataFrame, first_run: bool
 ) -> dict[str, _Scope]:
     """Where each kind of clause resolves: matched over the join, the others over one side."""
     return {
-        "matched": _scope(joined, None, joined),
+        "matched": _scope(joined, None, joined, first_run, "matched"),
         "not_matched": _scope(
-            s_ctx, f"the source ({spec.source_alias}); a not_matched row has no target row", joined
+            s_ctx,
+            f"the source ({spec.source_alias}); a not_matched row has no target row",
+            joined,
+            first_run,
+            "not_matched",
         ),
         "not_matched_by_source": _scope(
-            t_ctx, f"the target ({spec.target_alias}); such a row has no source row", joined
+            t_ctx,
+            f"the target ({spec.target_alias}); such a row has no source row",
+            joined,
+            first_run,
+            "not_matched_by_source",
         ),
     }
 
 
-def _scope(frame: DataFrame, hint: str | None, joined: DataFrame) -> _Scope:
-    return _Scope(frame, _node_classes(frame._jdf.queryExecution().analyzed()), hint, joined)
+def _scope(
+    frame: DataFrame, hint: str | None, joined: DataFrame, defer_unknown: bool = False, kind: str = ""
+) -> _Scope:
+    nodes = _node_classes(frame._jdf.queryExecution().analyzed())
+    return _Scope(frame, nodes, hint, joined, defer_unknown, kind)
 
 
 def _resolve_clauses(r: _Resolution, scopes: dict[str, _Scope]) -> dict[str, list[ResolvedClause]]:
@@ -274,6 +305,36 @@ def _condition(r: _Resolution, clause: Clause, scope: _Scope) -> Column | None:
         return None
     checked = _check_expression(r, scope, clause.condition, f"{clause.label} condition", True)
     return checked[0] if checked else None
+
+
+def _resolve_constraints(r: _Resolution) -> list[tuple[Constraint, Column]]:
+    """Each constraint as the column that is true where a written row violates it.
+
+    Resolved over the columns the merge writes (unqualified names): a ``not_null`` column
+    must be one of them, a ``check`` a boolean, row-by-row expression over them.
+    """
+    if not r.spec.constraints:
+        return []
+    frame = r.source.sparkSession.createDataFrame([], StructType(r.output_fields))
+    scope = _scope(frame, None, frame)
+    by_lower = {f.name.lower(): f.name for f in r.output_fields}
+    out = []
+    for c in r.spec.constraints:
+        if c.type == "not_null":
+            name = by_lower.get(str(c.column).lower())
+            if name is None:
+                r.problems.append(
+                    f"constraint {c.label} names column '{c.column}', which {r.target.name} does not "
+                    f"have (columns: {', '.join(f.name for f in r.output_fields)})"
+                )
+                continue
+            out.append((c, F.col(q(name)).isNull()))
+        else:
+            what = f"constraint check {c.name}" if c.name else "constraint check"
+            checked = _check_expression(r, scope, str(c.expression), what, True)
+            if checked is not None:
+                out.append((c, ~F.coalesce(checked[0], F.lit(True))))
+    return out
 
 
 def _values_key(clause: Clause) -> str:
@@ -358,6 +419,9 @@ def _check_expression(
                 return None
             except Exception:
                 pass
+        if scope.defer_unknown and _error_condition(exc).startswith("UNRESOLVED_COLUMN"):
+            r.deferred.append((scope.kind, f"{what} ({shorten(text)})", _short(exc)))
+            return None
         r.problems.append(f"{what} ({shorten(text)}) cannot be resolved: {_short(exc)}")
         return None
     except Exception as exc:  # the parser or analyzer gave up (py4j error)
@@ -411,6 +475,14 @@ NOT_ROW_BY_ROW = {
     "Window": "a window function",
     "Generate": "a generator (explode and the like)",
 }
+
+
+def _error_condition(exc: AnalysisException) -> str:
+    """Spark's error condition of ``exc`` (e.g. UNRESOLVED_COLUMN.WITH_SUGGESTION), or ""."""
+    try:
+        return str(exc.getCondition() or "")
+    except Exception:
+        return ""
 
 
 def _short(exc: Exception) -> str:

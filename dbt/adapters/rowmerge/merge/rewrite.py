@@ -23,10 +23,12 @@ from .filestats import FileSummary, indexed_columns, summarize_files
 from .outputs import (
     FILE,
     NO_ACTION,
+    PREFIX,
     ROW,
     SRC_ID,
     acting,
     action_index,
+    enforce_constraints,
     insert_values,
     output_value,
     q,
@@ -37,6 +39,8 @@ from .plan import MergePlan
 from .scan import ScanResult, target_frame
 from .source import MaterializedSource
 from .storage import Storage
+
+UPDATED = PREFIX + "updated"  # true on a rewritten row an update clause wrote
 
 # Inserts into an unpartitioned table go into files of about this many rows.
 ROWS_PER_INSERT_FILE = 1_000_000
@@ -81,11 +85,15 @@ def rewritten_rows(
     tj = touched_join(spark, plan, source, touched)
     m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
     acts = updates(plan, m_idx, b_idx)
+    updated = [F.lit(False)] + [cond for cond, _ in acts.conditions] if plan.constraints else []
     out = tj.rows.where(~tj.acts("delete")).select(
         *[output_value(f.name, acts).alias(f.name) for f in plan.output_fields],
         F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE),
         F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW),
+        *([F.coalesce(reduce(lambda a, b: a | b, updated), F.lit(False)).alias(UPDATED)] if updated else []),
     )
+    if updated:
+        out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
     if not plan.matched:
         # No matched clause means no cardinality rule: a target row matched by several
         # source rows appears several times in the join but must be copied once.
@@ -110,7 +118,8 @@ def inserted_rows(
         matched_ids = matched.select(F.col(f"`{plan.sa}`.`{SRC_ID}`").alias(SRC_ID))
         unmatched = source.df.join(matched_ids, SRC_ID, "left_anti").alias(plan.sa)
     nm_idx = action_index(plan.not_matched)
-    return unmatched.where(nm_idx != NO_ACTION).select(*insert_values(plan, nm_idx))
+    inserted = unmatched.where(nm_idx != NO_ACTION).select(*insert_values(plan, nm_idx))
+    return enforce_constraints(plan, inserted)
 
 
 @dataclass(frozen=True)

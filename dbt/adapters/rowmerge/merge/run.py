@@ -45,6 +45,7 @@ from .cdf import ChangesTable, change_rows, feed_schema, prepare_changes_table, 
 from .errors import (
     CastError,
     ConcurrentMergeError,
+    ConstraintViolation,
     ExecutionError,
     MergeCommittedError,
     MergeError,
@@ -56,7 +57,7 @@ from .guards import check_source
 from .journal import Entry, Journal, Recovery, fault_point, utc_now
 from .lock import TableLock
 from .metrics import MergeMetrics, MergeResult, timed
-from .outputs import CAST_ERROR_MARK
+from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
 from .rewrite import StagedFile, write_changes
 from .scan import FileStats, ScanResult, Skipping, find_touched_files, plan_skipping, pruned_target, release
@@ -140,7 +141,7 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
                 raise
             except Exception as exc:
                 if not isinstance(exc, MergeError):
-                    _raise_cast_error(exc, target)
+                    _raise_cast_error(exc, target, parsed)
                 if lock.lost():
                     # Paused past its lease: the new holder's recovery removed our staging,
                     # which is what made this fail. Say so instead of the raw error.
@@ -364,6 +365,9 @@ def _add_columns_or_fail(
 _RAISED_CAST = re.compile(
     r"\[USER_RAISED_EXCEPTION\]\s*" + re.escape(CAST_ERROR_MARK) + r"\[(.*)\]\s*SQLSTATE"
 )
+_RAISED_CONSTRAINT = re.compile(
+    r"\[USER_RAISED_EXCEPTION\]\s*" + re.escape(CONSTRAINT_MARK) + r"\[(\d+)\|(.*)\]\s*SQLSTATE"
+)
 
 
 def _is_spark_error(exc: BaseException) -> bool:
@@ -371,11 +375,15 @@ def _is_spark_error(exc: BaseException) -> bool:
     return isinstance(exc, (PySparkException, Py4JJavaError))
 
 
-def _raise_cast_error(exc: Exception, target: TargetTable) -> None:
-    """Spark reports our cast check as a job failure; surface it as a CastError."""
+def _raise_cast_error(exc: Exception, target: TargetTable, spec: MergeSpec) -> None:
+    """Spark reports our cast and constraint checks as a job failure; surface them as our errors."""
     found = _RAISED_CAST.search(str(exc))
     if found:
         raise CastError(target.name, 1, found.group(1)) from None
+    found = _RAISED_CONSTRAINT.search(str(exc))
+    if found:
+        constraint = spec.constraints[int(found.group(1))]
+        raise ConstraintViolation(target.name, constraint.label, found.group(2)) from None
 
 
 def recover(spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Recovery:

@@ -52,10 +52,13 @@ TOP_LEVEL_KEYS = {
     "schema_evolution",
     "lock_timeout_s",
     "allow_empty_source",
+    "constraints",
 }
 # `origin` is optional: the config key a clause came from (the dbt macros set it), so
 # messages name what the user wrote, e.g. "matched_condition" or "merge_clauses[2]".
 CLAUSE_KEYS = {"when", "action", "condition", "set", "values", "origin"}
+CONSTRAINT_TYPES = ("not_null", "check")
+CONSTRAINT_KEYS = {"type", "column", "expression", "name"}
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,25 @@ class Clause:
 
 
 @dataclass(frozen=True)
+class Constraint:
+    """A rule every row an update or insert writes must satisfy (a dbt contract's ``not_null``
+    or ``check``): ``column`` must not be NULL, or ``expression`` over the target's columns
+    must not be false (NULL passes, as in SQL)."""
+
+    type: str  # not_null | check
+    column: str | None = None  # not_null
+    expression: str | None = None  # check
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.type == "not_null":
+            return f"not_null({self.column})"
+        named = f" {self.name}" if self.name else ""
+        return f"check{named} ({shorten(self.expression or '')})"
+
+
+@dataclass(frozen=True)
 class MergeSpec:
     """The validated spec; everything downstream trusts it."""
 
@@ -99,6 +121,7 @@ class MergeSpec:
     # An empty source may delete every row through a NOT MATCHED BY SOURCE delete (see
     # EmptySourceError); off by default because an empty upstream is usually a mistake.
     allow_empty_source: bool = False
+    constraints: tuple[Constraint, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def of_kind(self, when: str) -> tuple[Clause, ...]:
@@ -258,6 +281,7 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
             )
 
     clauses = _parse_clauses(raw.get("clauses"), problems)
+    constraints = _parse_constraints(raw.get("constraints"), problems)
     if problems:
         raise MergeSpecError(problems)
     return MergeSpec(
@@ -272,6 +296,7 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
         schema_evolution=bool(raw.get("schema_evolution", DEFAULT_SCHEMA_EVOLUTION)),
         lock_timeout_s=float(lock_timeout),
         allow_empty_source=bool(raw.get("allow_empty_source", False)),
+        constraints=constraints,
         raw=dict(raw),
     )
 
@@ -361,6 +386,51 @@ def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:
                     f"`condition`; a clause after it could never act. Add a condition or move it last"
                 )
     return tuple(clauses)
+
+
+def _parse_constraints(raw: Any, problems: list[str]) -> tuple[Constraint, ...]:
+    """`constraints`: a list of {type: not_null, column} / {type: check, expression[, name]}."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)):
+        problems.append(f"`constraints` must be a list of constraints, got {raw!r}")
+        return ()
+    out = []
+    for i, rc in enumerate(raw):
+        where = f"constraints[{i}]"
+        if not isinstance(rc, Mapping):
+            problems.append(f"{where}: each constraint must be a mapping, got {rc!r}")
+            continue
+        extra = _key_names(rc, CONSTRAINT_KEYS)
+        if extra:
+            problems.append(
+                f"{where}: unknown key(s) {', '.join(extra)}; a constraint has type, column, expression, name"
+            )
+        kind = rc.get("type")
+        name = rc.get("name")
+        if name is not None and not _is_str(name):
+            problems.append(f"{where}: `name` must be a non-empty string, got {name!r}")
+            name = None
+        if kind == "not_null":
+            if not _is_str(rc.get("column")):
+                problems.append(f"{where}: a not_null constraint needs `column`, got {rc.get('column')!r}")
+                continue
+            out.append(Constraint("not_null", column=str(rc["column"]).strip(), name=name))
+        elif kind == "check":
+            expression = rc.get("expression")
+            if not _is_str(expression):
+                problems.append(
+                    f"{where}: a check constraint needs `expression` (SQL over the table's "
+                    f"columns), got {expression!r}"
+                )
+                continue
+            _check_expression(str(expression), f"{where}: `expression`", problems)
+            out.append(Constraint("check", expression=str(expression).strip(), name=name))
+        else:
+            problems.append(
+                f"{where}: unknown `type` {kind!r}; the engine enforces {', '.join(CONSTRAINT_TYPES)}"
+            )
+    return tuple(out)
 
 
 def merge_sql(spec: MergeSpec) -> str:
