@@ -25,8 +25,9 @@ EXPECTED_MERGES: dict[int, dict[str, tuple[int, int, int]]] = {
         "customers_upsert": (2, 2, 0),
         # Same rows: Alice's updated_at is not newer, so no update either way.
         "customers_latest": (2, 2, 0),
-        # Bob, Carol updated (tier/updated_at only); Frank is bronze: not inserted.
-        "customers_selective": (2, 1, 0),
+        # Bob updated (tier/updated_at only); Frank and Carol are bronze: never inserted,
+        # not even by the first run (batch 0), so Carol has no row to update.
+        "customers_selective": (1, 1, 0),
         # U 101, U 103 updated; D 102 deleted; I 106 inserted; D 999 (unknown) ignored.
         "orders_cdc": (2, 1, 1),
         "orders_cdc_shorthand": (2, 1, 1),

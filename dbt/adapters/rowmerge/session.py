@@ -7,7 +7,10 @@ effect`` (19-50 lines per run). Here the session is created once, with the profi
 and every later caller (dbt's cursor, the merge engine) gets that same session back.
 
 Created by dbt, the session is quiet by default: no ``[Stage ...]`` progress bars (they
-overwrite dbt's lines) and only Spark's ERROR log lines. A profile brings either back with
+overwrite dbt's lines), only Spark's ERROR log lines, and none of PySpark's query-context
+error logs (a JSON line with the whole Java stack trace for every analysis error, including
+the ones the engine raises on purpose to check a config; dbt reports the error itself). A
+profile brings them back with
 ``server_side_parameters: {spark.ui.showConsoleProgress: true, spark.log.level: WARN}``.
 """
 
@@ -17,17 +20,25 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dbt_common.exceptions import DbtRuntimeError
+from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
 if TYPE_CHECKING:
     from dbt.adapters.rowmerge.connections import RowMergeCredentials
 
 QUIET_DEFAULTS = {"spark.ui.showConsoleProgress": "false", "spark.log.level": "ERROR"}
+# PySpark logs every captured SQL/DataFrame error through these (pyspark.errors.exceptions.base).
+QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+QUIET_LEVELS = ("ERROR", "FATAL", "OFF")
 
 
 def shared_session(parameters: Mapping[str, Any]) -> SparkSession:
     """The process's running Spark session, or a new one built with ``parameters`` (over
     :data:`QUIET_DEFAULTS`) when there is none."""
+    quiet = str({**QUIET_DEFAULTS, **parameters}["spark.log.level"]).upper() in QUIET_LEVELS
+    for name in QUERY_CONTEXT_LOGGERS:
+        # created as PySpark creates them (a plain Logger would reject its keyword arguments)
+        PySparkLogger.getLogger(name).disabled = quiet
     existing: SparkSession | None = SparkSession._instantiatedSession  # type: ignore[attr-defined]
     if existing is not None and existing.sparkContext._jsc is not None:  # not stopped
         return existing
