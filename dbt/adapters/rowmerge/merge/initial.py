@@ -13,11 +13,12 @@ and every condition must parse, key and ``set``/``values`` columns must be the m
 insert clauses must resolve over the source. A spec without any ``not_matched`` clause
 (update- or delete-only) creates the table from every row of the model: an insert-free merge
 into an empty table would create an empty table that no later merge could fill. One
-allowance: a clause may read a column the model selects only on incremental runs (``is_incremental()``), so an unknown column is left
-for the first merge to report. ``matched`` and ``not_matched_by_source`` clauses cannot act
-on an empty table anyway; if a ``not_matched`` clause reads such a column, the first run
-cannot evaluate it and creates the table from every row of the model, as dbt does, with a
-warning naming the clause and the column.
+allowance: a clause may read a column the model selects only on incremental runs
+(``is_incremental()``), so an unknown column is left for the first merge to report.
+``matched`` and ``not_matched_by_source`` clauses cannot act on an empty table anyway; if a
+``not_matched`` clause reads such a column, the first run cannot evaluate it and creates the
+table from every row of the model, as dbt does, with a warning naming the clause and the
+column.
 """
 
 from __future__ import annotations
