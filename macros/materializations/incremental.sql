@@ -54,6 +54,32 @@
        the table's columns; nothing is written. --#}
   {%- set empty_run = strategy == 'row_level_merge' and flags.EMPTY and existing_relation is not none and not existing_relation.is_view -%}
 
+  {#-- A dry run (config `dry_run: true`, or `--vars '{rowmerge_dry_run: true}'` for every
+       row_level_merge model of the run) builds the source view, compiles and validates the
+       spec, plans the merge and reports the files and bytes it would rewrite and the rows
+       per clause; the first run's dry run counts the rows the table would be created with.
+       Nothing is written and post-hooks do not run. --#}
+  {%- if strategy == 'row_level_merge' and not empty_run and rowmerge_dry_run_requested(model.config) -%}
+    {%- call statement('create_tmp_relation', language=language) -%}
+      {{ create_table_as(True, tmp_relation, compiled_code, language) }}
+    {%- endcall -%}
+    {%- set creates = existing_relation is none or existing_relation.is_view or should_full_refresh() -%}
+    {%- set columns = adapter.get_columns_in_relation(tmp_relation if creates else target_relation) | map(attribute='name') | list -%}
+    {%- set spec = rowmerge_spec(model.config, target_relation, tmp_relation.render(), columns) -%}
+    {%- do write(adapter.rowmerge_merge_text(spec)) -%}
+    {%- if creates -%}
+      {%- do store_result('main', response=adapter.rowmerge_dry_run_create(spec)) -%}
+    {%- else -%}
+      {%- do store_result('main', response=adapter.rowmerge_dry_run(spec)) -%}
+    {%- endif -%}
+    {%- if language == 'python' -%}
+      {% call statement('drop_relation') -%}
+        drop table if exists {{ tmp_relation }}
+      {%- endcall %}
+    {%- endif -%}
+    {{ return({'relations': [] if existing_relation is none else [target_relation]}) }}
+  {%- endif -%}
+
   {#-- The first run and a full refresh build the table from what a merge into an empty table
        with the model's columns inserts: only the rows a not_matched clause inserts, with its
        values. Resolving that merge checks `on`, every condition and the key columns against

@@ -237,3 +237,10 @@
   {{ log(tojson(spec.raw, sort_keys=true), info=True) }}
   {{ return(spec.raw) }}
 {% endmacro %}
+
+
+{#-- Is this run a dry run? The model's `dry_run` config, or `--vars '{rowmerge_dry_run: true}'`
+     for every row_level_merge model of the run. --#}
+{% macro rowmerge_dry_run_requested(cfg) %}
+  {{ return(cfg.get('dry_run') is true or var('rowmerge_dry_run', false) is true) }}
+{% endmacro %}

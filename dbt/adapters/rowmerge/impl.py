@@ -54,6 +54,19 @@ class RowMergeAdapterResponse(AdapterResponse):
     version: int | None = None
     metrics: dict[str, int] = field(default_factory=dict)
     spec: dict[str, Any] = field(default_factory=dict)  # the compiled clause spec, for debugging
+    dry_run: dict[str, Any] = field(default_factory=dict)  # what a dry run found (see merge.dry_run)
+
+
+def _catalog_stats(stats: dict[str, int]) -> dict[str, Any]:
+    """``stats`` (merge.table_stats) as the catalog's ``stats:<key>:*`` fields, as dbt-spark names them."""
+    source = f"from the dbt-rowmerge journal (version {stats['version']})"
+    out: dict[str, Any] = {}
+    for key, label in (("rows", "Row count"), ("bytes", "Approximate size")):
+        out[f"stats:{key}:label"] = label
+        out[f"stats:{key}:value"] = stats[key]
+        out[f"stats:{key}:description"] = f"{label} {source}"
+        out[f"stats:{key}:include"] = True
+    return out
 
 
 class RowMergeAdapter(SparkAdapter):
@@ -164,6 +177,36 @@ class RowMergeAdapter(SparkAdapter):
         )
 
     @available
+    def rowmerge_dry_run(self, spec: merge.MergeSpec) -> RowMergeAdapterResponse:
+        """Plan the merge into the existing table and report what it would do; nothing is written."""
+        report = self._engine(lambda spark: merge.dry_run(spark, spec), spec.target)
+        return RowMergeAdapterResponse(
+            _message=report.summary(),
+            code="MERGE",
+            rows_affected=0,
+            spec=dict(spec.raw),
+            dry_run=report.as_dict(),
+        )
+
+    @available
+    def rowmerge_dry_run_create(self, spec: merge.MergeSpec) -> RowMergeAdapterResponse:
+        """The first run's dry run: how many rows the table would be created with (constraints
+        checked); nothing is created."""
+
+        def count(spark: SparkSession) -> int:
+            return merge.initial_rows(spark, spec).count()
+
+        rows = self._engine(count, spec.target)
+        return RowMergeAdapterResponse(
+            _message=f"CREATE TABLE dry run: {spec.target} would be created with {rows} rows; "
+            "nothing written",
+            code="CREATE TABLE",
+            rows_affected=0,
+            spec=dict(spec.raw),
+            dry_run={"target": spec.target, "rows": rows},
+        )
+
+    @available
     def rowmerge_recover(self, relation: str) -> dict[str, Any]:
         done = self._engine(lambda spark: merge.recover(spark, str(relation)), str(relation))
         return {
@@ -171,6 +214,27 @@ class RowMergeAdapter(SparkAdapter):
             "rolled_back": done.rolled_back,
             "message": done.describe(),
         }
+
+    # -- dbt docs generate -------------------------------------------------------------------
+    def _get_columns_for_catalog(self, relation: Any) -> Iterator[dict[str, Any]]:
+        """dbt-spark's catalog columns, with row count and size from the journal for a table
+        the engine writes: Spark keeps statistics only after ANALYZE TABLE, so the catalog
+        showed no rows (or stale ones) for a merged table."""
+        stats = self._journal_stats(relation)
+        for column in super()._get_columns_for_catalog(relation):
+            if stats is not None:
+                column.update(_catalog_stats(stats))
+            yield column
+
+    def _journal_stats(self, relation: Any) -> dict[str, int] | None:
+        if not relation.is_table or str(self.config.credentials.method) != "session":  # type: ignore[attr-defined]
+            return None
+        try:
+            spark = session_for(self.config.credentials)  # type: ignore[arg-type]
+            return merge.table_stats(spark, relation.render())
+        except Exception as exc:  # noqa: BLE001 - not our table (delta, hive serde...): Spark's stats stand
+            logger.debug(f"no journal statistics for {relation}: {exc}")
+            return None
 
     @available
     def rowmerge_history(self, relation: str, limit: int | None = None) -> list[dict[str, Any]]:

@@ -69,6 +69,8 @@ KEYS: dict[str, Key] = {
     "not_matched_by_source_condition": Key("any", shorthand=True),
     "not_matched_by_source_set": Key("any", shorthand=True),
     "change_data_feed": Key("feed"),
+    # plan the merge and report what it would do, writing nothing (the macros read it)
+    "dry_run": Key("bool"),
 }
 SHORTHAND = tuple(k for k, rule in KEYS.items() if rule.shorthand)
 # Config keys the macros copy into the spec unchanged (parse_spec judges their values).

@@ -1,9 +1,9 @@
 """The row-level MERGE engine: pure PySpark, no dbt imports (importable on its own).
 
-Public API (stable): ``run_merge(spark, spec)``, ``recover(spark, table_name)``,
+Public API (stable): ``run_merge(spark, spec)``, ``dry_run(spark, spec)``, ``recover(spark, table_name)``,
 ``history(spark, table_name, limit=None)``, ``start_history(spark, table_name, ...)``,
-``initial_rows(spark, spec)``,
-``MergeResult``, ``Recovery`` and the error classes.
+``initial_rows(spark, spec)``, ``table_stats(spark, table_name)``,
+``MergeResult``, ``DryRunReport``, ``Recovery`` and the error classes.
 """
 
 from .errors import (
@@ -21,8 +21,8 @@ from .errors import (
 )
 from .initial import initial_rows
 from .journal import Recovery
-from .metrics import MergeResult
-from .run import history, recover, run_merge, start_history
+from .metrics import DryRunReport, MergeResult
+from .run import dry_run, history, recover, run_merge, start_history, table_stats
 from .spec import MergeSpec, merge_sql, parse_spec, static_problems
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "CastError",
     "ConcurrentMergeError",
     "ConstraintViolation",
+    "DryRunReport",
     "EmptySourceError",
     "ExecutionError",
     "JournalError",
@@ -40,6 +41,7 @@ __all__ = [
     "MergeSpecError",
     "Recovery",
     "UnsupportedTableError",
+    "dry_run",
     "history",
     "initial_rows",
     "merge_sql",
@@ -48,4 +50,5 @@ __all__ = [
     "run_merge",
     "start_history",
     "static_problems",
+    "table_stats",
 ]

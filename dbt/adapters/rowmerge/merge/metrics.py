@@ -89,3 +89,47 @@ class MergeResult:
             f"{m['numTargetRowsDeleted']} deleted; {m['numTargetFilesRemoved']} of "
             f"{m['numTargetFilesBeforeSkipping']} files rewritten"
         )
+
+
+@dataclass(frozen=True)
+class DryRunReport:
+    """What ``dry_run`` returns: what the merge would do, measured without writing anything."""
+
+    target: str
+    source_rows: int
+    files: int  # data files of the table
+    bytes: int
+    files_read: int  # after skipping by statistics
+    files_rewritten: int  # files some clause acts on: the merge would replace them
+    bytes_rewritten: int
+    clauses: list[tuple[str, str, int]]  # (clause label, action, rows it would act on), in order
+    seconds: float = 0.0
+
+    def rows(self, action: str) -> int:
+        return sum(n for _, a, n in self.clauses if a == action)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["clauses"] = [{"clause": label, "action": a, "rows": n} for label, a, n in self.clauses]
+        return out
+
+    def summary(self) -> str:
+        """The dbt run line, e.g. ``MERGE dry run: would update 120, insert 30, delete 4 rows;
+        rewrite 3 of 64 files (12.1 MB of 250.3 MB); nothing written``."""
+        return (
+            f"MERGE dry run: {self.target} would update {self.rows('update')}, insert "
+            f"{self.rows('insert')}, delete {self.rows('delete')} rows; rewrite {self.files_rewritten} of "
+            f"{self.files} files ({_size(self.bytes_rewritten)} of {_size(self.bytes)}); nothing written"
+        )
+
+
+def _size(n: int) -> str:
+    """Bytes for people: 512 bytes, 12.1 KB, 250.3 MB, 1.2 GB."""
+    if n < 1024:
+        return f"{n} bytes"
+    value = float(n)
+    for unit in ("KB", "MB", "GB"):
+        value /= 1024
+        if value < 1024 or unit == "GB":
+            break
+    return f"{value:.1f} {unit}"

@@ -1,5 +1,6 @@
-"""The entry points: ``run_merge(spark, spec)`` runs one MERGE, phase by phase; ``recover``,
-``history`` and ``start_history`` look after a table's journal.
+"""The entry points: ``run_merge(spark, spec)`` runs one MERGE, phase by phase; ``dry_run``
+plans one and reports what it would do; ``recover``, ``history``, ``start_history`` and
+``table_stats`` look after a table's journal.
 
 1. spec      validate the clause spec (no Spark needed)
 2. lock      take the table's writer lock, waiting up to ``lock_timeout_s``
@@ -56,11 +57,20 @@ from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
 from .guards import check_source
 from .journal import Entry, Journal, Recovery, fault_point, utc_now
 from .lock import TableLock
-from .metrics import MergeMetrics, MergeResult, timed
+from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
 from .rewrite import StagedFile, write_changes
-from .scan import FileStats, ScanResult, Skipping, find_touched_files, plan_skipping, pruned_target, release
+from .scan import (
+    FileStats,
+    ScanResult,
+    Skipping,
+    clause_rows,
+    find_touched_files,
+    plan_skipping,
+    pruned_target,
+    release,
+)
 from .source import MaterializedSource, materialize, read_source
 from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
 from .storage import FileInfo, storage_for
@@ -111,29 +121,7 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
             target = load_target(spark, parsed.target)
             if _recover(spark, journal, lock, target).rolled_forward:
                 target = load_target(spark, parsed.target)  # recovery may have added columns
-            versions = journal.versions()
-            snapshot = journal.snapshot()
-            initial = None if versions else journal.initial_entry(target, "CONVERT", snapshot)
-
-            commit_time = utc_now()
-            raw_source = read_source(spark, parsed.source)
-            plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
-            changes = prepare_changes_table(spark, plan, journal.storage) if parsed.change_data_feed else None
-            summaries = _summaries(plan, journal, snapshot, versions, initial)
-            skipping = plan_skipping(plan, summaries) if summaries is not None else None
-
-            logger.info("rowmerge: %s: materializing the source %s", target.name, parsed.source)
-            with timed(metrics, "materializeSourceTimeMs"):
-                source = materialize(spark, plan, raw_source, skipping.ranges if skipping else ())
-            metrics["numSourceRows"] = source.num_rows
-            commit = Commit(
-                (versions[-1] if versions else 0) + 1,
-                snapshot,
-                changes,
-                initial,
-                commit_time,
-                skipping,
-            )
+            plan, source, commit = _prepare(spark, parsed, journal, target, metrics)
             try:
                 check_source(plan, source)
                 version = _merge(spark, plan, source, journal, lock, commit, metrics)
@@ -154,6 +142,89 @@ def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> Merge
     result = MergeResult(version, metrics.as_dict(), target.name)
     logger.info("rowmerge: %s: %s (version %d)", target.name, result.summary(), version)
     return result
+
+
+def _prepare(
+    spark: SparkSession,
+    parsed: MergeSpec,
+    journal: Journal,
+    target: TargetTable,
+    metrics: MergeMetrics,
+    dry: bool = False,
+) -> tuple[MergePlan, MaterializedSource, Commit]:
+    """Phases 4-5: the plan, the materialized source and what the merge would commit against.
+
+    ``dry``: for :func:`dry_run`, which must write nothing (the change table is not created).
+    """
+    versions = journal.versions()
+    snapshot = journal.snapshot()
+    initial = None if versions else journal.initial_entry(target, "CONVERT", snapshot)
+
+    commit_time = utc_now()
+    raw_source = read_source(spark, parsed.source)
+    plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
+    feed = parsed.change_data_feed and not dry
+    changes = prepare_changes_table(spark, plan, journal.storage) if feed else None
+    summaries = _summaries(plan, journal, snapshot, versions, initial)
+    skipping = plan_skipping(plan, summaries) if summaries is not None else None
+
+    logger.info("rowmerge: %s: materializing the source %s", target.name, parsed.source)
+    with timed(metrics, "materializeSourceTimeMs"):
+        source = materialize(spark, plan, raw_source, skipping.ranges if skipping else ())
+    metrics["numSourceRows"] = source.num_rows
+    commit = Commit((versions[-1] if versions else 0) + 1, snapshot, changes, initial, commit_time, skipping)
+    return plan, source, commit
+
+
+def dry_run(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> DryRunReport:
+    """Plan the merge and report what it would do, writing nothing.
+
+    Runs phases 1 and 4-6 as :func:`run_merge` does, so every error a merge would raise
+    before writing (config, empty source, cardinality) is raised here too; then counts the
+    rows each clause would act on (one more job). Takes no lock and recovers nothing: it
+    reads the table as it is, while a merge of it may be running.
+    """
+    metrics = MergeMetrics()
+    with timed(metrics, "executionTimeMs"), without_call_sites():
+        parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
+        target = load_target(spark, parsed.target)
+        journal = _journal(spark, target.location)
+        plan, source, commit = _prepare(spark, parsed, journal, target, metrics, dry=True)
+        scan: ScanResult | None = None
+        try:
+            check_source(plan, source)
+            files = commit.skipping.candidates(source) if commit.skipping else None
+            urls = [journal.storage.to_spark_path(p) for p in files] if files is not None else None
+            pruned = pruned_target(spark, plan, source, urls)
+            if plan.matched or plan.not_matched_by_source:
+                with timed(metrics, "scanTimeMs"):
+                    scan = find_touched_files(spark, plan, source, pruned)
+            rows = clause_rows(plan, source, pruned, scan)
+        except Exception as exc:
+            if not isinstance(exc, MergeError):
+                _raise_cast_error(exc, target, parsed)
+            if _is_spark_error(exc):
+                raise ExecutionError(target.name, spark_reason(exc).rstrip(". ")) from exc
+            raise
+        finally:
+            release(scan)
+            source.df.unpersist()
+    touched = scan.touched if scan else []
+    report = DryRunReport(
+        target=target.name,
+        source_rows=source.num_rows,
+        files=len(commit.snapshot),
+        bytes=sum(f.size for f in commit.snapshot.values()),
+        files_read=len(files) if files is not None else len(commit.snapshot),
+        files_rewritten=len(touched),
+        bytes_rewritten=sum(f.size for f in touched),
+        clauses=rows,
+        seconds=metrics.as_dict()["executionTimeMs"] / 1000,
+    )
+    logger.info("rowmerge: %s", report.summary())
+    for label, _, count in report.clauses:
+        logger.info("rowmerge: %s: dry run: %s: %d row(s)", target.name, label, count)
+    return report
 
 
 def _summaries(
@@ -398,6 +469,21 @@ def history(spark: SparkSession, table_name: str, limit: int | None = None) -> l
     """Committed versions of ``table_name``, newest first."""
     target = load_target(spark, table_name)
     return _journal(spark, target.location).history(limit)
+
+
+def table_stats(spark: SparkSession, table_name: str) -> dict[str, int] | None:
+    """Rows and bytes of ``table_name`` now, from its journal, without opening a data file:
+    rows folded from every version's counts (version 0 counts the rows it was built with),
+    bytes from the listing of its data files. None for a table without a readable journal
+    (Spark's own statistics, if any, then stand)."""
+    target = load_target(spark, table_name)
+    journal = _journal(spark, target.location)
+    versions = journal.history()
+    if not versions or any(v["operation"] == "UNREADABLE" for v in versions):
+        return None
+    rows = sum(int(v["rows_inserted"]) - int(v["rows_deleted"]) for v in versions)
+    size = sum(f.size for f in journal.snapshot().values())
+    return {"version": int(versions[0]["version"]), "rows": rows, "bytes": size}
 
 
 def start_history(

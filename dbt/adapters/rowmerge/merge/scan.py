@@ -229,3 +229,47 @@ def release(result: ScanResult | None) -> None:
     if result is not None and result.cached is not None:
         result.cached.unpersist()
         result.cached = None
+
+
+def clause_rows(
+    plan: MergePlan, source: MaterializedSource, target: DataFrame, scan: ScanResult | None
+) -> list[tuple[str, str, int]]:
+    """For a dry run: (label, action, rows) of every clause, in spec order — the target rows
+    each matched / not_matched_by_source clause would act on (a target row matched by several
+    source rows counts once, as the merge counts it) and the source rows each not_matched
+    clause would insert. One job per side; the merge itself never runs this."""
+    counts: dict[int, int] = {}  # id(clause) -> rows
+    if plan.matched or plan.not_matched_by_source:
+        how = "left_outer" if plan.not_matched_by_source else "inner"
+        joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, how)
+        src = src_present(plan)
+        kinds = [
+            (plan.matched, F.when(src, action_index(plan.matched))),
+            (plan.not_matched_by_source, F.when(~src, action_index(plan.not_matched_by_source))),
+        ]
+        flags = {
+            f"c{id(rc)}": acting(plan, [rc], idx, rc.action).cast("int")
+            for clauses, idx in kinds
+            for rc in clauses
+        }
+        per_row = joined.groupBy(F.col(q(plan.ta, FILE)), F.col(q(plan.ta, ROW))).agg(
+            *[F.max(flag).alias(name) for name, flag in flags.items()]
+        )
+        totals = per_row.agg(*[F.sum(name).alias(name) for name in flags]).collect()[0]
+        counts.update({int(name[1:]): int(totals[name] or 0) for name in flags})
+    if plan.not_matched:
+        if scan is not None and scan.insert_source is not None:
+            candidates = scan.insert_source.alias(plan.sa)
+        else:  # insert-only: no scan ran; the source rows no target row matches
+            candidates = source.df.alias(plan.sa).join(target.alias(plan.ta), plan.on, "left_anti")
+        nm_idx = action_index(plan.not_matched)
+        totals = candidates.agg(
+            *[F.sum((nm_idx == rc.index).cast("int")).alias(f"c{id(rc)}") for rc in plan.not_matched]
+        ).collect()[0]
+        counts.update({id(rc): int(totals[f"c{id(rc)}"] or 0) for rc in plan.not_matched})
+    resolved = {id(rc.clause): rc for rc in [*plan.matched, *plan.not_matched, *plan.not_matched_by_source]}
+    out = []
+    for clause in plan.spec.clauses:
+        rc = resolved[id(clause)]
+        out.append((clause.label, clause.action, counts.get(id(rc), 0)))
+    return out
