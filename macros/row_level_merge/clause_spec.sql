@@ -76,12 +76,16 @@
 {% endmacro %}
 
 
-{#-- `on`: equality on every unique_key column, ANDed with each incremental predicate. --#}
+{#-- `on`: equality on every unique_key column, ANDed with each incremental predicate. No
+     unique_key ('' and [] included): FALSE, so every source row is inserted, as in dbt's merge. --#}
 {% macro rowmerge_on(cfg, aliases) %}
   {%- set parts = [] -%}
-  {%- for key in rowmerge_as_list(cfg.get('unique_key')) -%}
+  {%- for key in rowmerge_as_list(cfg.get('unique_key')) if not (key is string and key | trim == '') -%}
     {%- do parts.append(aliases.target ~ ".`" ~ key ~ "` = " ~ aliases.source ~ ".`" ~ key ~ "`") -%}
   {%- endfor -%}
+  {%- if not parts -%}
+    {{ return('FALSE') }}
+  {%- endif -%}
   {%- for p in rowmerge_as_list(rowmerge_incremental_predicates(cfg)) -%}
     {%- do parts.append("(" ~ p ~ ")") -%}
   {%- endfor -%}

@@ -75,7 +75,7 @@ def test_column_lists_are_not_checked_when_the_update_is_skipped() -> None:
 
 def test_the_spec_is_judged_only_when_the_config_is_valid() -> None:
     bad_spec = {"target": REL, "source": "s", "on": "x", "clauses": "nope"}
-    assert mc.problems(bad_spec, {}, REL) == [
+    assert mc.problems(bad_spec, {"matched_condition": "true"}, REL) == [
         "`unique_key` is required for incremental_strategy='row_level_merge' (it builds the merge `on` "
         "condition; with merge_clauses too)"
     ]
@@ -165,9 +165,30 @@ def test_an_unknown_strategy_lists_row_level_merge_and_the_closest() -> None:
     assert mc.strategy_problem("row_level_merge", valid) is None
     assert mc.strategy_problem("row_level_merg", valid) == (
         "Invalid incremental strategy provided: row_level_merg\n    Expected one of: 'append', "
-        "'insert_overwrite', 'microbatch', 'merge', 'row_level_merge' (did you mean 'row_level_merge'?)"
+        "'insert_overwrite', 'microbatch', 'merge', 'row_level_merge' (did you mean 'row_level_merge'?)\n"
+        "    (dbt could not find an incremental strategy macro with the name "
+        '"get_incremental_row_level_merg_sql")'
     )
     assert mc.strategy_problem("upsert_everything", valid) == (
         "Invalid incremental strategy provided: upsert_everything\n    Expected one of: 'append', "
-        "'insert_overwrite', 'microbatch', 'merge', 'row_level_merge'"
+        "'insert_overwrite', 'microbatch', 'merge', 'row_level_merge'\n"
+        "    (dbt could not find an incremental strategy macro with the name "
+        '"get_incremental_upsert_everything_sql")'
     )
+
+
+def test_without_a_unique_key_the_plain_merge_appends_and_clauses_are_refused() -> None:
+    """No unique_key ('' and [] too): `on` is FALSE and every row is inserted, as in dbt's merge;
+    a clause that could then never act, or act on every row, needs the key."""
+    for key in (None, "", []):
+        assert mc.config_problems({"unique_key": key}, REL) == [], key
+    required = (
+        "`unique_key` is required for incremental_strategy='row_level_merge' (it builds the merge `on` "
+        "condition; with merge_clauses too)"
+    )
+    for cfg in (
+        {"not_matched_by_source_action": "delete"},
+        {"merge_clauses": [{"when": "not_matched", "action": "insert", "values": "*"}]},
+        {"unique_key": "", "delete_condition": "true"},
+    ):
+        assert required in mc.config_problems(cfg, REL), cfg

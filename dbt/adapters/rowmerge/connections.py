@@ -67,9 +67,25 @@ class RowMergeConnectionManager(SparkConnectionManager):
     def open(cls, connection: Connection) -> Connection:
         connection = super().open(connection)
         wrapper = connection.handle
-        if isinstance(wrapper, SessionConnectionWrapper) and not isinstance(wrapper.handle, SharedSession):
-            wrapper.handle = SharedSession(server_side_parameters=wrapper.handle.server_side_parameters)
+        if isinstance(wrapper, SessionConnectionWrapper) and not isinstance(wrapper, SessionWrapper):
+            connection.handle = SessionWrapper(
+                SharedSession(server_side_parameters=wrapper.handle.server_side_parameters)
+            )
         return connection
+
+
+class SessionWrapper(SessionConnectionWrapper):
+    """dbt-spark's session wrapper with seed values rendered as SQL literals: dbt-spark writes
+    every non-number as ``'<value>'``, so an empty seed cell (None) was loaded as the string
+    'None' and a value holding a quote broke the INSERT."""
+
+    @classmethod
+    def _fix_binding(cls, value: Any) -> str | float:
+        if value is None:
+            return "NULL"
+        if isinstance(value, str):
+            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return super()._fix_binding(value)
 
 
 class SharedSessionCursor(Cursor):

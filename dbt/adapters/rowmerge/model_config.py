@@ -117,6 +117,14 @@ def _shape_problem(key: str, rule: Key, value: Any) -> str | None:
     return None
 
 
+def _keys(value: Any) -> list[Any]:
+    """unique_key as a list of its non-empty names ('' and [] mean no key, as in dbt)."""
+    if value is None:
+        return []
+    values = list(value) if _is_list(value) else [value]
+    return [v for v in values if not (isinstance(v, str) and v.strip() == "")]
+
+
 def _set(config: Mapping[str, Any], key: str) -> bool:
     """A key counts as set when it has a value (dbt passes unset keys as None)."""
     return config.get(key) is not None
@@ -155,7 +163,12 @@ def config_problems(
                 f"`merge_clauses` cannot be combined with the shorthand key(s) {', '.join(mixed)}; "
                 "write those clauses into merge_clauses instead"
             )
-    if not config.get("unique_key"):
+    # Without a unique_key nothing matches (`on` is FALSE): every source row is inserted, as in
+    # dbt's own merge. Clauses other than the plain insert would then be meaningless (a matched
+    # clause never acts, a not_matched_by_source clause acts on every row): refused.
+    if not _keys(config.get("unique_key")) and (
+        _set(config, "merge_clauses") or any(_set(config, k) for k in SHORTHAND)
+    ):
         problems.append(
             f"`unique_key` is required for incremental_strategy='{STRATEGY}' (it builds the merge "
             "`on` condition; with merge_clauses too)"
@@ -213,13 +226,17 @@ def misspelled_keys(config: Mapping[str, Any]) -> list[str]:
 
 def strategy_problem(strategy: str, valid: Sequence[str]) -> str | None:
     """dbt-spark's unknown-strategy message, listing this adapter's strategies (with
-    row_level_merge) and the closest one."""
+    row_level_merge) and the closest one, after dbt-core's own sentence (which dbt's adapter
+    suite looks for)."""
     if strategy in valid:
         return None
     listed = ", ".join(f"'{s}'" for s in valid)
     close = difflib.get_close_matches(strategy, list(valid), n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return f"Invalid incremental strategy provided: {strategy}\n    Expected one of: {listed}{hint}"
+    return (
+        f"Invalid incremental strategy provided: {strategy}\n    Expected one of: {listed}{hint}\n    "
+        f'(dbt could not find an incremental strategy macro with the name "get_incremental_{strategy}_sql")'
+    )
 
 
 def _column_problems(config: Mapping[str, Any], relation: str, columns: Sequence[str]) -> list[str]:
