@@ -36,9 +36,11 @@
   {%- if cfg.get('lock_timeout_s') is not none -%}
     {%- do spec.update({'lock_timeout_s': cfg.get('lock_timeout_s')}) -%}
   {%- endif -%}
-  {%- if cfg.get('allow_empty_source') is not none -%}
-    {%- do spec.update({'allow_empty_source': cfg.get('allow_empty_source')}) -%}
-  {%- endif -%}
+  {%- for key in ['allow_empty_source', 'max_delete_fraction'] -%}
+    {%- if cfg.get(key) is not none -%}
+      {%- do spec.update({key: cfg.get(key)}) -%}
+    {%- endif -%}
+  {%- endfor -%}
   {%- set constraints = rowmerge_contract_constraints(cfg) -%}
   {%- if constraints -%}
     {%- do spec.update({'constraints': constraints}) -%}

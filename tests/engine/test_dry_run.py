@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dbt.adapters.rowmerge.merge import CardinalityViolation, EmptySourceError, dry_run
+from dbt.adapters.rowmerge.merge import CardinalityViolation, DeleteLimitError, EmptySourceError, dry_run
 from tests.engine.helpers import create_table, merge, source_view, table_dir, table_state
 
 SCHEMA = "id long, v string, n int"
@@ -22,6 +22,10 @@ CLAUSES: list[dict[str, Any]] = [
 # 1: deleted; 3: updated; 4: matched, n not larger (no clause acts); 7, 8: inserted by
 # the first and the second insert clause. Files 1 and 2 are touched, file 3 is not.
 SOURCE = [(1, "gone", 0), (3, "C", 9), (4, "D", 1), (7, "g", 7), (8, "h", -1)]
+
+
+def src_of(spark: Any, db: str) -> str:
+    return source_view(spark, f"{db}_src", SCHEMA, SOURCE)
 
 
 def _everything_under(path: str) -> dict[str, int]:
@@ -122,6 +126,8 @@ def test_errors_a_merge_would_raise_are_raised(spark, db):
     dup = source_view(spark, f"{db}_dup", SCHEMA, [(1, "x", 9), (1, "y", 9)])
     with pytest.raises(CardinalityViolation):
         dry_run(spark, _spec(target, dup, CLAUSES))
+    with pytest.raises(DeleteLimitError):  # 1 of 6 rows deleted, more than 10%
+        dry_run(spark, _spec(target, src_of(spark, db), CLAUSES, max_delete_fraction=0.1))
     empty = source_view(spark, f"{db}_empty", SCHEMA, [])
     with pytest.raises(EmptySourceError):
         dry_run(spark, _spec(target, empty, [{"when": "not_matched_by_source", "action": "delete"}]))

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from dbt.adapters.rowmerge.merge import EmptySourceError, MergeSpecError, history
+from dbt.adapters.rowmerge.merge import DeleteLimitError, EmptySourceError, MergeSpecError, history
 from tests.engine.helpers import UPSERT, create_table, merge, rows, source_view, table_state
 
 NMBS_DELETE = {"when": "not_matched_by_source", "action": "delete"}
@@ -128,3 +128,27 @@ def test_no_warning_with_null_safe_equality(spark, db):
         merge(spark, t, src, UPSERT, on="t.id <=> s.id")
     assert warnings == []
     assert rows(spark, t) == [(None, "N"), (1, "A")]
+
+
+def test_max_delete_fraction_refuses_a_merge_that_deletes_more(spark, db):
+    """3 rows; the source keeps only id 1: the NOT MATCHED BY SOURCE delete removes 2 (67%)."""
+    t = _target(spark, db)
+    before = table_state(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "a")])
+    with pytest.raises(DeleteLimitError) as err:
+        merge(spark, t, src, [*UPSERT, NMBS_DELETE], max_delete_fraction=0.5)
+    assert str(err.value) == (
+        f"MERGE into {t} refused: it would delete 2 of 3 rows (66.7%), more than "
+        "`max_delete_fraction: 0.5` allows (50.0%). Nothing was changed. Check the source (an upstream "
+        "that lost rows?) and the delete clauses; if the deletes are intended, raise max_delete_fraction "
+        "for this run."
+    )
+    assert table_state(spark, t) == before
+    assert history(spark, t) == []
+    # matched deletes count too; at the limit the merge runs
+    gone = source_view(spark, f"{db}_gone", "id long, v string", [(3, "c")])
+    with pytest.raises(DeleteLimitError):
+        merge(spark, t, gone, [{"when": "matched", "action": "delete"}], max_delete_fraction=0.3)
+    result = merge(spark, t, src, [*UPSERT, NMBS_DELETE], max_delete_fraction=2 / 3)
+    assert result.metrics["numTargetRowsDeleted"] == 2
+    assert rows(spark, t) == [(1, "a")]

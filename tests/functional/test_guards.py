@@ -102,3 +102,32 @@ class TestMisspelledStrategy:
             "Expected one of: 'append', 'insert_overwrite', 'microbatch', 'merge', 'row_level_merge' "
             "(did you mean 'row_level_merge'?)" in r.message
         )
+
+
+class TestMaxDeleteFraction:
+    """`max_delete_fraction`: a merge that would delete more of the table fails, table unchanged."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        rows = values("id, name", "(1, 'a')", "(2, 'b')", "(3, 'c')", "(4, 'd')")
+        return {
+            "mirror.sql": incremental_model(
+                "unique_key='id', not_matched_by_source_action='delete', max_delete_fraction=0.25",
+                rows,
+                values("id, name", "(1, 'a')", "(2, 'b')"),  # 2 of 4 rows would go
+                values("id, name", "(1, 'a')", "(2, 'b')", "(3, 'c')"),  # 1 of 4: allowed
+            )
+        }
+
+    def test_too_many_deletes_are_refused(self, project):
+        ok(run_step(1), "mirror")
+        refused = run_step(2, expect_pass=False)["mirror"]
+        text = " ".join(refused.message.split())
+        assert (
+            f"MERGE into {project.test_schema}.mirror refused: it would delete 2 of 4 rows (50.0%), more "
+            "than `max_delete_fraction: 0.25` allows (25.0%). Nothing was changed."
+        ) in text, text
+        expect_rows(project, "mirror", [(1, "a"), (2, "b"), (3, "c"), (4, "d")])
+        allowed = ok(run_step(3), "mirror")
+        assert merge_line(allowed).startswith("MERGE 0 updated, 0 inserted, 1 deleted")
+        expect_rows(project, "mirror", [(1, "a"), (2, "b"), (3, "c")])

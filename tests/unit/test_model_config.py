@@ -29,6 +29,7 @@ SPEC_PASSTHROUGH = {
     "skip_unchanged_updates",
     "lock_timeout_s",
     "allow_empty_source",
+    "max_delete_fraction",
 }
 # Config keys dbt itself validates (on_schema_change: incremental_validate_on_schema_change).
 # dbt validates these itself (the contract: constraints are compiled from the model, see

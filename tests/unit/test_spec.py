@@ -184,8 +184,8 @@ def test_parse_spec_collects_every_problem_at_once() -> None:
     problems = problems_of(raw)
     assert problems == [
         "unknown spec key(s) extra; expected some of allow_empty_source, change_data_feed, clauses, "
-        "constraints, lock_timeout_s, on, schema_evolution, skip_unchanged_updates, source, source_alias, "
-        "target, target_alias, version",
+        "constraints, lock_timeout_s, max_delete_fraction, on, schema_evolution, skip_unchanged_updates, "
+        "source, source_alias, target, target_alias, version",
         "`version` must be 1, got 2",
         "`target` is required and must be a non-empty string",
         "`skip_unchanged_updates` must be true or false, got 'yes'",
@@ -326,3 +326,13 @@ def test_parse_spec_rejects_bad_constraints() -> None:
         "constraints[3]: unknown `type` 'unique'; the engine enforces not_null, check",
         "constraints[4]: unknown key(s) columns; a constraint has type, column, expression, name",
     ]
+
+
+def test_max_delete_fraction() -> None:
+    assert parse_spec(spec()).max_delete_fraction is None
+    assert parse_spec(spec(max_delete_fraction=0.25)).max_delete_fraction == 0.25
+    assert parse_spec(spec(max_delete_fraction=0)).max_delete_fraction == 0.0
+    for bad in (1.5, -0.1, True, "10%", float("nan")):
+        assert problems_of(spec(max_delete_fraction=bad)) == [
+            f"`max_delete_fraction` must be a number from 0 to 1 (0.1: at most 10% of the rows), got {bad!r}"
+        ], bad

@@ -74,7 +74,14 @@ KEYS: dict[str, Key] = {
 }
 SHORTHAND = tuple(k for k, rule in KEYS.items() if rule.shorthand)
 # Config keys the macros copy into the spec unchanged (parse_spec judges their values).
-SPEC_KEYS = ("target_alias", "source_alias", "skip_unchanged_updates", "lock_timeout_s", "allow_empty_source")
+SPEC_KEYS = (
+    "target_alias",
+    "source_alias",
+    "skip_unchanged_updates",
+    "lock_timeout_s",
+    "allow_empty_source",
+    "max_delete_fraction",
+)
 # dbt's and dbt-spark's own config keys: never taken for a misspelling of ours.
 DBT_KEYS = frozenset(
     """

@@ -113,6 +113,19 @@ class EmptySourceError(MergeError):
         )
 
 
+class DeleteLimitError(MergeError):
+    """The merge would delete more of the table than the spec's max_delete_fraction allows."""
+
+    def __init__(self, target: str, deleted: int, rows: int, limit: float) -> None:
+        share = deleted / rows if rows else 1.0
+        super().__init__(
+            f"MERGE into {target} refused: it would delete {deleted} of {rows} rows ({share:.1%}), more "
+            f"than `max_delete_fraction: {limit:g}` allows ({limit:.1%}). Nothing was changed. Check the "
+            "source (an upstream that lost rows?) and the delete clauses; if the deletes are intended, "
+            "raise max_delete_fraction for this run."
+        )
+
+
 class ConcurrentMergeError(MergeError):
     """Another writer holds the table's merge lock, or changed the table's files under us."""
 

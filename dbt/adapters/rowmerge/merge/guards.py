@@ -5,14 +5,15 @@ read and written nothing. An empty source with a NOT MATCHED BY SOURCE delete wo
 table (an upstream that returned nothing for one run, a bad filter); it fails unless the spec
 opts in with ``allow_empty_source``. Source rows with a NULL key match nothing, so an insert
 clause inserts them again on every run: that is MERGE semantics, so it is a warning with the
-count, not an error.
+count, not an error. After the scan (phase 6), a spec with ``max_delete_fraction`` refuses a
+merge that would delete more of the table than that, before anything is written.
 """
 
 from __future__ import annotations
 
 import logging
 
-from .errors import EmptySourceError
+from .errors import DeleteLimitError, EmptySourceError
 from .plan import MergePlan
 from .source import MaterializedSource
 
@@ -38,3 +39,12 @@ def check_source(plan: MergePlan, source: MaterializedSource) -> None:
             keys,
             then,
         )
+
+
+def check_deletes(plan: MergePlan, deleted: int, table_rows: int) -> None:
+    """Raise DeleteLimitError when ``deleted`` of ``table_rows`` exceeds max_delete_fraction."""
+    limit = plan.spec.max_delete_fraction
+    if limit is None or deleted == 0:
+        return
+    if deleted > limit * table_rows:
+        raise DeleteLimitError(plan.target.name, deleted, table_rows, limit)

@@ -54,7 +54,7 @@ from .errors import (
     spark_reason,
 )
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
-from .guards import check_source
+from .guards import check_deletes, check_source
 from .journal import Entry, Journal, Recovery, fault_point, utc_now
 from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
@@ -180,9 +180,9 @@ def dry_run(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> DryRunR
     """Plan the merge and report what it would do, writing nothing.
 
     Runs phases 1 and 4-6 as :func:`run_merge` does, so every error a merge would raise
-    before writing (config, empty source, cardinality) is raised here too; then counts the
-    rows each clause would act on (one more job). Takes no lock and recovers nothing: it
-    reads the table as it is, while a merge of it may be running.
+    before writing (config, empty source, cardinality, max_delete_fraction) is raised here
+    too; then counts the rows each clause would act on (one more job). Takes no lock and
+    recovers nothing: it reads the table as it is, while a merge of it may be running.
     """
     metrics = MergeMetrics()
     with timed(metrics, "executionTimeMs"), without_call_sites():
@@ -199,6 +199,8 @@ def dry_run(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> DryRunR
             if plan.matched or plan.not_matched_by_source:
                 with timed(metrics, "scanTimeMs"):
                     scan = find_touched_files(spark, plan, source, pruned)
+                if plan.spec.max_delete_fraction is not None:
+                    check_deletes(plan, scan.matched_deleted + scan.nmbs_deleted, _table_rows(spark, plan))
             rows = clause_rows(plan, source, pruned, scan)
         except Exception as exc:
             if not isinstance(exc, MergeError):
@@ -291,6 +293,12 @@ def _merge(
         )
         with timed(metrics, "scanTimeMs"):
             scan = find_touched_files(spark, plan, source, pruned)
+        if plan.spec.max_delete_fraction is not None:
+            try:
+                check_deletes(plan, scan.matched_deleted + scan.nmbs_deleted, _table_rows(spark, plan))
+            except BaseException:
+                release(scan)
+                raise
     removed: list[FileStats] = scan.touched if scan else []
 
     staging = journal.stage()
@@ -356,6 +364,11 @@ def _merge(
         release(scan)
         if not committed:
             journal.discard(staging)
+
+
+def _table_rows(spark: SparkSession, plan: MergePlan) -> int:
+    """Rows of the target now (one job; Parquet and ORC answer a count from file metadata)."""
+    return plan.target.read(spark).count()
 
 
 def _record_counts(

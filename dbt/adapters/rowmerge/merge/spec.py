@@ -52,6 +52,7 @@ TOP_LEVEL_KEYS = {
     "schema_evolution",
     "lock_timeout_s",
     "allow_empty_source",
+    "max_delete_fraction",
     "constraints",
 }
 # `origin` is optional: the config key a clause came from (the dbt macros set it), so
@@ -121,6 +122,9 @@ class MergeSpec:
     # An empty source may delete every row through a NOT MATCHED BY SOURCE delete (see
     # EmptySourceError); off by default because an empty upstream is usually a mistake.
     allow_empty_source: bool = False
+    # At most this fraction of the table's rows may be deleted by one merge (None: no limit);
+    # see DeleteLimitError.
+    max_delete_fraction: float | None = None
     constraints: tuple[Constraint, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -264,6 +268,18 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
     ):
         problems.append(f"`lock_timeout_s` must be a finite number of seconds >= 0, got {lock_timeout!r}")
 
+    max_delete = raw.get("max_delete_fraction")
+    if max_delete is not None and (
+        isinstance(max_delete, bool)
+        or not isinstance(max_delete, (int, float))
+        or not math.isfinite(max_delete)
+        or not 0 <= max_delete <= 1
+    ):
+        problems.append(
+            "`max_delete_fraction` must be a number from 0 to 1 (0.1: at most 10% of the rows), got "
+            f"{max_delete!r}"
+        )
+
     cdf = raw.get("change_data_feed")
     if cdf is not None and not (
         isinstance(cdf, Mapping) and _is_str(cdf.get("table")) and set(cdf) == {"table"}
@@ -296,6 +312,7 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
         schema_evolution=bool(raw.get("schema_evolution", DEFAULT_SCHEMA_EVOLUTION)),
         lock_timeout_s=float(lock_timeout),
         allow_empty_source=bool(raw.get("allow_empty_source", False)),
+        max_delete_fraction=None if max_delete is None else float(max_delete),
         constraints=constraints,
         raw=dict(raw),
     )
