@@ -7,15 +7,16 @@ effect`` (19-50 lines per run). Here the session is created once, with the profi
 and every later caller (dbt's cursor, the merge engine) gets that same session back.
 
 Created by dbt, the session is quiet by default: no ``[Stage ...]`` progress bars (they
-overwrite dbt's lines), only Spark's ERROR log lines, and none of PySpark's query-context
-error logs (a JSON line with the whole Java stack trace for every analysis error, including
-the ones the engine raises on purpose to check a config; dbt reports the error itself). A
-profile brings them back with
+overwrite dbt's lines), only Spark's ERROR log lines, and PySpark's query-context error logs
+(a JSON line with the whole Java stack trace for every analysis error, including the ones
+the engine raises on purpose to check a config) go to dbt's debug log, not the console; dbt
+reports the error itself. A profile brings them back with
 ``server_side_parameters: {spark.ui.showConsoleProgress: true, spark.log.level: WARN}``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,13 +33,28 @@ QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 QUIET_LEVELS = ("ERROR", "FATAL", "OFF")
 
 
+class _ToDebugLog(logging.Handler):
+    """PySpark's error logs (message and Java stack trace) into dbt's debug log (logs/dbt.log),
+    not the console."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from dbt.adapters.events.logging import AdapterLogger
+
+        AdapterLogger("RowMerge").debug(f"PySpark {record.name}: {self.format(record)}")
+
+
 def shared_session(parameters: Mapping[str, Any]) -> SparkSession:
     """The process's running Spark session, or a new one built with ``parameters`` (over
     :data:`QUIET_DEFAULTS`) when there is none."""
     quiet = str({**QUIET_DEFAULTS, **parameters}["spark.log.level"]).upper() in QUIET_LEVELS
     for name in QUERY_CONTEXT_LOGGERS:
         # created as PySpark creates them (a plain Logger would reject its keyword arguments)
-        PySparkLogger.getLogger(name).disabled = quiet
+        pyspark_logger = PySparkLogger.getLogger(name)
+        for handler in list(pyspark_logger.handlers):
+            if quiet and not isinstance(handler, _ToDebugLog):
+                pyspark_logger.removeHandler(handler)
+        if quiet and not pyspark_logger.handlers:
+            pyspark_logger.addHandler(_ToDebugLog())
     existing: SparkSession | None = SparkSession._instantiatedSession  # type: ignore[attr-defined]
     if existing is not None and existing.sparkContext._jsc is not None:  # not stopped
         return existing
