@@ -289,3 +289,39 @@ class TestDbtSimpleSnapshot(ParquetSnapshotHelpers, BaseSimpleSnapshot):
 
 class TestDbtSnapshotCheck(ParquetSnapshotHelpers, BaseSnapshotCheck):
     pass
+
+
+class TestMetaColumnNamesAndKeyList:
+    """snapshot_meta_column_names renames dbt's columns and unique_key may be a list: the
+    engine's merge uses the configured names."""
+
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        meta = (
+            "{'dbt_valid_from': 'valid_from', 'dbt_valid_to': 'valid_to', 'dbt_scd_id': 'scd_id', "
+            "'dbt_updated_at': 'seen_at'}"
+        )
+        sql = snapshot_sql("snap", "strategy='timestamp', updated_at='updated_at'")
+        return {
+            "snap.sql": sql.replace(
+                "unique_key='id'", f"unique_key=['id'], snapshot_meta_column_names={meta}"
+            )
+        }
+
+    def test_versions_use_the_configured_names(self, project):
+        snapshot(1)
+        second = snapshot(2)
+        assert merge_line(second["snap"]).startswith("MERGE 1 updated, 2 inserted, 0 deleted")
+        got = same_order(rows(project, "snap", "id, v, valid_from, valid_to"))
+        assert got == same_order(
+            [
+                (1, "a", JAN1, None),
+                (2, "b", JAN1, JAN2),
+                (2, "B", JAN2, None),
+                (3, "c", JAN1, None),
+                (4, "d", JAN2, None),
+            ]
+        )
+        columns = [r[0] for r in project.run_sql(f"describe {table(project, 'snap')}", fetch="all")]
+        assert {"scd_id", "seen_at", "valid_from", "valid_to"} <= set(columns)
+        assert not any(c.startswith("dbt_") for c in columns), columns
