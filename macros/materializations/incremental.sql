@@ -64,9 +64,7 @@
       {{ create_table_as(True, tmp_relation, compiled_code, language) }}
     {%- endcall -%}
     {%- set creates = existing_relation is none or existing_relation.is_view or should_full_refresh() -%}
-    {%- set columns = adapter.get_columns_in_relation(tmp_relation if creates else target_relation) | map(attribute='name') | list -%}
-    {%- set spec = rowmerge_spec(model.config, target_relation, tmp_relation.render(), columns) -%}
-    {%- do write(adapter.rowmerge_merge_text(spec)) -%}
+    {%- set spec = rowmerge_planned_spec(tmp_relation, tmp_relation if creates else target_relation) -%}
     {%- if creates -%}
       {%- do store_result('main', response=adapter.rowmerge_dry_run_create(spec)) -%}
     {%- else -%}
@@ -89,9 +87,7 @@
     {%- call statement('create_tmp_relation', language=language) -%}
       {{ create_table_as(True, tmp_relation, compiled_code, language) }}
     {%- endcall -%}
-    {%- set model_columns = adapter.get_columns_in_relation(tmp_relation) | map(attribute='name') | list -%}
-    {%- set spec = rowmerge_spec(model.config, target_relation, tmp_relation.render(), model_columns) -%}
-    {%- do write(adapter.rowmerge_merge_text(spec)) -%}
+    {%- set spec = rowmerge_planned_spec(tmp_relation, tmp_relation) -%}
     {%- set build_code = 'select * from ' ~ adapter.rowmerge_initial_rows(spec, this.identifier ~ '__dbt_initial') -%}
     {%- set build_language = 'sql' -%}
   {%- endif -%}
@@ -100,9 +96,7 @@
     {%- call statement('create_tmp_relation', language=language) -%}
       {{ create_table_as(True, tmp_relation, compiled_code, language) }}
     {%- endcall -%}
-    {%- set columns = adapter.get_columns_in_relation(target_relation) | map(attribute='name') | list -%}
-    {%- set spec = rowmerge_spec(model.config, target_relation, tmp_relation.render(), columns) -%}
-    {%- do write(adapter.rowmerge_merge_text(spec)) -%}
+    {%- set spec = rowmerge_planned_spec(tmp_relation, target_relation) -%}
     {%- do store_result('main', response=adapter.rowmerge_skip_merge(spec, '--empty')) -%}
     {%- if language == 'python' -%}
       {% call statement('drop_relation') -%}
@@ -137,10 +131,7 @@
     {%- endcall -%}
     {%- do process_schema_changes(on_schema_change, tmp_relation, existing_relation) -%}
     {%- if strategy == 'row_level_merge' -%}
-      {%- set columns = adapter.get_columns_in_relation(target_relation) | map(attribute='name') | list -%}
-      {%- set spec = rowmerge_spec(model.config, target_relation, tmp_relation.render(), columns) -%}
-      {#-- target/run/<model>.sql shows the merge, not the temporary view it reads --#}
-      {%- do write(adapter.rowmerge_merge_text(spec)) -%}
+      {%- set spec = rowmerge_planned_spec(tmp_relation, target_relation) -%}
       {%- set response = adapter.rowmerge_run_merge(spec) -%}
       {%- do store_result('main', response=response) -%}
     {%- else -%}
@@ -172,6 +163,18 @@
   {{ return({'relations': [target_relation]}) }}
 
 {%- endmaterialization %}
+
+
+{#-- The validated spec merging `source_relation` into this model's table, checked against the
+     columns of `columns_relation` (the model's own before the table exists, else the table's);
+     `cfg`: the model config (a snapshot passes the config of its merge). target/run/<model>.sql
+     then shows this MERGE, not the temporary view it reads. --#}
+{% macro rowmerge_planned_spec(source_relation, columns_relation, cfg=none) %}
+  {%- set columns = adapter.get_columns_in_relation(columns_relation) | map(attribute='name') | list -%}
+  {%- set spec = rowmerge_spec(model.config if cfg is none else cfg, this, source_relation.render(), columns) -%}
+  {%- do write(adapter.rowmerge_merge_text(spec)) -%}
+  {{ return(spec) }}
+{% endmacro %}
 
 
 {#-- A row_level_merge model's contract constraints (not_null, check) are enforced by the

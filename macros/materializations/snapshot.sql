@@ -92,9 +92,7 @@
         {% endcall %}
       {% else %}
         {%- set cfg = rowmerge_snapshot_config(columns, source_columns) -%}
-        {%- set target_columns = adapter.get_columns_in_relation(target_relation) | map(attribute='name') | list -%}
-        {%- set spec = rowmerge_spec(cfg, target_relation, staging_table.render(), target_columns) -%}
-        {%- do write(adapter.rowmerge_merge_text(spec)) -%}
+        {%- set spec = rowmerge_planned_spec(staging_table, target_relation, cfg) -%}
         {#-- `dbt snapshot --empty` selects no rows: every current row would look deleted. --#}
         {%- if flags.EMPTY -%}
           {%- do store_result('main', response=adapter.rowmerge_skip_merge(spec, '--empty')) -%}

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
@@ -27,6 +28,7 @@ from pyspark.sql import SparkSession
 if TYPE_CHECKING:
     from dbt.adapters.rowmerge.connections import RowMergeCredentials
 
+_dbt_log = AdapterLogger("RowMerge")
 QUIET_DEFAULTS = {"spark.ui.showConsoleProgress": "false", "spark.log.level": "ERROR"}
 # PySpark logs every captured SQL/DataFrame error through these (pyspark.errors.exceptions.base).
 QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
@@ -38,9 +40,7 @@ class _ToDebugLog(logging.Handler):
     not the console."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from dbt.adapters.events.logging import AdapterLogger
-
-        AdapterLogger("RowMerge").debug(f"PySpark {record.name}: {self.format(record)}")
+        _dbt_log.debug(f"PySpark {record.name}: {self.format(record)}")
 
 
 def shared_session(parameters: Mapping[str, Any]) -> SparkSession:
