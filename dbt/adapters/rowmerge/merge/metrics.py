@@ -29,6 +29,10 @@ COUNTER_NAMES = (
     "numTargetBytesAdded",
     "numTargetBytesRemoved",
     "numTargetChangeFilesAdded",
+    # Which path rewrote the files: 1 if the candidate files were rewritten in one pass
+    # (no scan), and 1 in onePassFallback if that was tried and the scan had to decide.
+    "onePass",
+    "onePassFallback",
 )
 TIMER_NAMES = (
     "executionTimeMs",

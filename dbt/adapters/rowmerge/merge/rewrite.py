@@ -12,10 +12,10 @@ the commit's staging folder, partitioned like the table.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
@@ -78,15 +78,49 @@ def touched_join(
     )
 
 
+@dataclass
+class OnePass:
+    """What the one-pass write observes while it rewrites every candidate file (see
+    :func:`.scan.one_pass_applies`): the rows the join produced, the rows clauses updated and
+    deleted, and the files (``_metadata.file_path``) where some clause acted."""
+
+    observation: Observation = field(default_factory=lambda: Observation(f"{PREFIX}one_pass"))
+
+    def metrics(self, tj: TouchedJoin) -> list[Column]:
+        upd, dele = tj.acts("update"), tj.acts("delete")
+        return [
+            F.count(F.lit(1)).alias("joined"),
+            F.sum(upd.cast("long")).alias("updated"),
+            F.sum(dele.cast("long")).alias("deleted"),
+            F.collect_set(F.when(upd | dele, F.col(f"`{tj.plan.ta}`.`{FILE}`"))).alias("acted"),
+        ]
+
+    def result(self) -> tuple[int, int, int, set[str]]:
+        """(joined rows, updated, deleted, acted-on files), once the write has run."""
+        got = self.observation.get
+        return (
+            int(got["joined"] or 0),
+            int(got["updated"] or 0),
+            int(got["deleted"] or 0),
+            set(got["acted"] or ()),
+        )
+
+
 def rewritten_rows(
-    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str]
+    spark: SparkSession,
+    plan: MergePlan,
+    source: MaterializedSource,
+    touched: list[str],
+    one_pass: OnePass | None = None,
 ) -> DataFrame:
-    """All rows of the touched files after the merge (deleted rows dropped)."""
+    """All rows of the touched files after the merge (deleted rows dropped); ``one_pass``
+    observes the join on the way."""
     tj = touched_join(spark, plan, source, touched)
     m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
     acts = updates(plan, m_idx, b_idx)
     updated = [F.lit(False)] + [cond for cond, _ in acts.conditions] if plan.constraints else []
-    out = tj.rows.where(~tj.acts("delete")).select(
+    rows = tj.rows if one_pass is None else tj.rows.observe(one_pass.observation, *one_pass.metrics(tj))
+    out = rows.where(~tj.acts("delete")).select(
         *[output_value(f.name, acts).alias(f.name) for f in plan.output_fields],
         F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE),
         F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW),
@@ -138,10 +172,14 @@ def write_changes(
     scan: ScanResult | None,
     staging: str,
     storage: Storage,
+    one_pass: OnePass | None = None,
 ) -> tuple[list[StagedFile], dict[str, int]]:
     """Write rewritten + inserted rows into ``staging``.
 
-    Returns the non-empty files written and the row count of every touched file.
+    Returns the non-empty files written and the row count of every touched file. With
+    ``one_pass``, ``scan`` lists the candidate files (no scan ran): they are all rewritten,
+    the inserts are found by an anti-join with ``target`` in the same job, and ``one_pass``
+    observes what the clauses did.
     """
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
@@ -149,15 +187,15 @@ def write_changes(
     if touched:
         # With the source broadcast, each task reads one touched file (or packs a few small
         # ones) and writes its replacement: file sizes stay near the table's own.
-        parts.append(rewritten_rows(spark, plan, source, touched))
-    if plan.not_matched and (scan is None or scan.inserted > 0):
+        parts.append(rewritten_rows(spark, plan, source, touched, one_pass))
+    if plan.not_matched and (scan is None or scan.inserted > 0 or one_pass is not None):
         inserts = inserted_rows(plan, source, target, scan)
         if pcols:
             inserts = inserts.repartition(
                 *[F.col(q(c)) for c in pcols]
             )  # one file per partition value (AQE-sized)
         else:
-            expected = scan.inserted if scan is not None else source.num_rows
+            expected = scan.inserted if scan is not None and one_pass is None else source.num_rows
             inserts = inserts.coalesce(files_for(expected))
         parts.append(inserts)
     if not parts:

@@ -39,7 +39,7 @@ from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from .callsites import without_call_sites
 from .cdf import ChangesTable, change_rows, feed_schema, prepare_changes_table, write_change_feed
@@ -55,25 +55,26 @@ from .errors import (
 )
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
 from .guards import check_deletes, check_source
-from .journal import Entry, Journal, Recovery, fault_point, utc_now
+from .journal import Entry, Journal, Recovery, Staging, fault_point, utc_now
 from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
-from .rewrite import StagedFile, write_changes
+from .rewrite import OnePass, StagedFile, write_changes
 from .scan import (
     FileStats,
     ScanResult,
     Skipping,
     clause_rows,
     find_touched_files,
+    one_pass_applies,
     plan_skipping,
     pruned_target,
     release,
 )
 from .source import MaterializedSource, materialize, read_source
 from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
-from .storage import FileInfo, storage_for
+from .storage import FileInfo, Storage, storage_for
 from .table import (
     TargetTable,
     alter_add_columns,
@@ -282,34 +283,55 @@ def _merge(
     files = commit.skipping.candidates(source) if commit.skipping else None
     urls = [journal.storage.to_spark_path(p) for p in files] if files is not None else None
     pruned = pruned_target(spark, plan, source, urls)
+    one_pass = (
+        files is not None
+        and commit.skipping is not None
+        and one_pass_applies(plan, source, commit.skipping, files)
+    )
     scan: ScanResult | None = None
-    if plan.matched or plan.not_matched_by_source:
-        logger.info(
-            "rowmerge: %s: %d source rows; scanning %d of %d files",
-            target.name,
-            source.num_rows,
-            len(files) if files is not None else len(commit.snapshot),
-            len(commit.snapshot),
-        )
-        with timed(metrics, "scanTimeMs"):
-            scan = find_touched_files(spark, plan, source, pruned)
-        if plan.spec.max_delete_fraction is not None:
-            try:
-                check_deletes(plan, scan.matched_deleted + scan.nmbs_deleted, _table_rows(spark, plan))
-            except BaseException:
-                release(scan)
-                raise
-    removed: list[FileStats] = scan.touched if scan else []
-
     staging = journal.stage()
     committed = False
     try:
-        extra = " and writing inserts" if plan.not_matched else ""
-        logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, len(removed), extra)
-        with timed(metrics, "rewriteTimeMs"):
-            staged, removed_rows = write_changes(
-                spark, plan, source, pruned, scan, staging.data_dir, journal.storage
+        written = None
+        if one_pass:
+            assert files is not None and urls is not None and commit.skipping is not None
+            logger.info(
+                "rowmerge: %s: %d source rows; rewriting %d of %d files in one pass",
+                target.name,
+                source.num_rows,
+                len(files),
+                len(commit.snapshot),
             )
+            with timed(metrics, "rewriteTimeMs"):
+                written = _write_one_pass(
+                    spark, plan, source, pruned, commit, files, staging, journal.storage
+                )
+            metrics["onePass" if written is not None else "onePassFallback"] = 1
+            if written is None:
+                logger.info("rowmerge: %s: not every candidate file was touched; scanning", target.name)
+        if written is not None:
+            scan, staged, removed_rows = written
+        else:
+            if plan.matched or plan.not_matched_by_source:
+                logger.info(
+                    "rowmerge: %s: %d source rows; scanning %d of %d files",
+                    target.name,
+                    source.num_rows,
+                    len(files) if files is not None else len(commit.snapshot),
+                    len(commit.snapshot),
+                )
+                with timed(metrics, "scanTimeMs"):
+                    scan = find_touched_files(spark, plan, source, pruned)
+                if plan.spec.max_delete_fraction is not None:
+                    check_deletes(plan, scan.matched_deleted + scan.nmbs_deleted, _table_rows(spark, plan))
+            extra = " and writing inserts" if plan.not_matched else ""
+            touched = len(scan.touched) if scan else 0
+            logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
+            with timed(metrics, "rewriteTimeMs"):
+                staged, removed_rows = write_changes(
+                    spark, plan, source, pruned, scan, staging.data_dir, journal.storage
+                )
+        removed: list[FileStats] = scan.touched if scan else []
         _record_counts(metrics, scan, staged, removed, files)
         if not staged and not removed:
             logger.info("rowmerge: %s: nothing to change", target.name)
@@ -364,6 +386,39 @@ def _merge(
         release(scan)
         if not committed:
             journal.discard(staging)
+
+
+def _write_one_pass(
+    spark: SparkSession,
+    plan: MergePlan,
+    source: MaterializedSource,
+    pruned: DataFrame,
+    commit: Commit,
+    files: list[str],
+    staging: Staging,
+    storage: Storage,
+) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
+    """Rewrite every candidate file (and write the inserts) in one job, observing what the
+    clauses did (see :func:`.scan.one_pass_applies`); None, with nothing left staged, unless
+    every candidate was acted on and every target row met at most one source row: then the
+    scan must decide."""
+    assert commit.skipping is not None
+    urls = {storage.to_spark_path(p): p for p in files}
+    candidates = ScanResult(
+        touched=[FileStats(u, commit.snapshot[p].size) for u, p in sorted(urls.items())],
+        files_scanned=len(files),
+    )
+    observed = OnePass()
+    staged, removed_rows = write_changes(
+        spark, plan, source, pruned, candidates, staging.data_dir, storage, observed
+    )
+    joined, updated, deleted, acted = observed.result()
+    if acted != set(urls) or joined != sum(commit.skipping.rows[p] for p in files):
+        storage.delete(staging.data_dir, recursive=True)
+        return None
+    candidates.matched_updated, candidates.matched_deleted = updated, deleted
+    candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)
+    return candidates, staged, removed_rows
 
 
 def _table_rows(spark: SparkSession, plan: MergePlan) -> int:

@@ -49,6 +49,7 @@ class Skipping:
 
     files: list[str]  # qualified paths; a file's id is its index here
     ranges: list[tuple[KeyRanges, str]]  # (files' ranges of a key column, the source expression)
+    rows: dict[str, int] = field(default_factory=dict)  # qualified path -> rows (from the journal)
 
     def candidates(self, source: MaterializedSource) -> list[str]:
         """The files some source row could match (qualified paths)."""
@@ -71,9 +72,46 @@ def plan_skipping(plan: MergePlan, summaries: Mapping[str, FileSummary | None]) 
         if tcol.lower() in partition_cols or not indexable(f):
             continue
         kr = key_ranges(tcol, f.dataType, [summaries[p] for p in files])
-        if len(kr.unplaced) < len(files):
+        if rules_out_files(kr, len(files)):
             ranges.append((kr, sexpr))
-    return Skipping(files, ranges) if ranges else None
+    rows = {p: s.rows for p, s in summaries.items() if s is not None}
+    return Skipping(files, ranges, rows) if ranges else None
+
+
+def rules_out_files(kr: KeyRanges, files: int) -> bool:
+    """Whether searching ``kr`` can rule out a file for a value inside the table's range.
+
+    A value falls in at most one file per layer, plus every unplaced file: when those add up to
+    every file (a column whose values spread over every file's range, such as an item id in a
+    table clustered by order), the search finds all files for every row and only costs time.
+    """
+    return len(kr.layers) + len(kr.unplaced) < files
+
+
+def one_pass_applies(
+    plan: MergePlan, source: MaterializedSource, skipping: Skipping, files: list[str]
+) -> bool:
+    """Whether to rewrite the candidate ``files`` in one pass instead of scanning them first.
+
+    The scan exists to find, among the candidates, the files some clause acts on, and to check
+    cardinality. When statistics already narrowed the candidates to files the source's keys
+    fall in, they are usually exactly the touched files, and a separate scan only adds jobs:
+    the one-pass write (:func:`.rewrite.write_changes` with a :class:`.rewrite.OnePass`)
+    rewrites every candidate, observes which files a clause acted on and how many rows the
+    join produced, and is kept only if every candidate was acted on and no target row met two
+    source rows (otherwise the merge falls back to the scan, with the same result). It needs
+    a matched clause (insert-only merges scan nothing anyway), no NOT MATCHED BY SOURCE clause
+    (it needs every file, most of them untouched), no ``max_delete_fraction`` (checked before
+    anything is written), the row count of every candidate, and no more candidates than
+    source rows (each touched file needs a source row of its own).
+    """
+    return (
+        bool(plan.matched)
+        and not plan.not_matched_by_source
+        and plan.spec.max_delete_fraction is None
+        and 0 < len(files) <= source.num_rows
+        and all(f in skipping.rows for f in files)
+    )
 
 
 def pruned_target(
