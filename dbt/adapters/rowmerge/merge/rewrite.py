@@ -41,6 +41,7 @@ from .source import MaterializedSource
 from .storage import Storage
 
 UPDATED = PREFIX + "updated"  # true on a rewritten row an update clause wrote
+_UPD, _DEL = PREFIX + "acts_update", PREFIX + "acts_delete"  # flags the one-pass write observes
 
 # Inserts into an unpartitioned table go into files of about this many rows.
 ROWS_PER_INSERT_FILE = 1_000_000
@@ -86,14 +87,16 @@ class OnePass:
 
     observation: Observation = field(default_factory=lambda: Observation(f"{PREFIX}one_pass"))
 
-    def metrics(self, tj: TouchedJoin) -> list[Column]:
-        upd, dele = tj.acts("update"), tj.acts("delete")
-        return [
+    def observe(self, rows: DataFrame) -> DataFrame:
+        """``rows`` (with the file and the clause flags of each joined row), observed."""
+        upd, dele = F.col(_UPD), F.col(_DEL)
+        return rows.observe(
+            self.observation,
             F.count(F.lit(1)).alias("joined"),
             F.sum(upd.cast("long")).alias("updated"),
             F.sum(dele.cast("long")).alias("deleted"),
-            F.collect_set(F.when(upd | dele, F.col(f"`{tj.plan.ta}`.`{FILE}`"))).alias("acted"),
-        ]
+            F.collect_set(F.when(upd | dele, F.col(FILE))).alias("acted"),
+        )
 
     def result(self) -> tuple[int, int, int, set[str]]:
         """(joined rows, updated, deleted, acted-on files), once the write has run."""
@@ -119,13 +122,19 @@ def rewritten_rows(
     m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
     acts = updates(plan, m_idx, b_idx)
     updated = [F.lit(False)] + [cond for cond, _ in acts.conditions] if plan.constraints else []
-    rows = tj.rows if one_pass is None else tj.rows.observe(one_pass.observation, *one_pass.metrics(tj))
-    out = rows.where(~tj.acts("delete")).select(
-        *[output_value(f.name, acts).alias(f.name) for f in plan.output_fields],
-        F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE),
-        F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW),
-        *([F.coalesce(reduce(lambda a, b: a | b, updated), F.lit(False)).alias(UPDATED)] if updated else []),
-    )
+    values = [output_value(f.name, acts).alias(f.name) for f in plan.output_fields]
+    flags = [F.coalesce(reduce(lambda a, b: a | b, updated), F.lit(False)).alias(UPDATED)] if updated else []
+    file = F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE)
+    if one_pass is not None:
+        # Only what the write and the observation read goes below the observation (no
+        # optimizer rule prunes columns through it); deleted rows leave after it.
+        acting_now = [tj.acts("update").alias(_UPD), tj.acts("delete").alias(_DEL)]
+        out = one_pass.observe(tj.rows.select(*values, file, *flags, *acting_now))
+        out = out.where(~F.col(_DEL)).drop(_UPD, _DEL)
+    else:
+        out = tj.rows.where(~tj.acts("delete")).select(
+            *values, file, F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW), *flags
+        )
     if updated:
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
     if not plan.matched:

@@ -1,0 +1,123 @@
+"""The one-pass rewrite: candidate files rewritten without a scan, kept only when it is exact.
+
+Statistics narrow the files a merge reads to the candidates its source keys fall in. When every
+candidate turns out touched and no target row met two source rows, the one-pass write is the
+merge (``onePass``); otherwise it is thrown away and the scan decides (``onePassFallback``), with
+exactly the result the scan path gives: same rows, same untouched files, same errors.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeError
+from tests.engine.helpers import (
+    UPSERT,
+    create_table,
+    file_snapshot,
+    files_of,
+    kept_files,
+    merge,
+    rows,
+    source_view,
+    table_state,
+)
+
+FILES = [
+    [(1, "a"), (2, "b")],
+    [(3, "c"), (4, "d")],
+    [(5, "e"), (6, "f")],
+    [(7, "g"), (8, "h")],
+]
+
+
+def four_files(spark, db: str) -> str:
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", FILES)
+    return t
+
+
+def test_one_pass_upsert_rewrites_only_the_candidates(spark, db) -> None:
+    t = four_files(spark, db)
+    before = file_snapshot(spark, t)
+    untouched = files_of(spark, t, "id > 4")
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (4, "D"), (9, "i")])
+    m = merge(spark, t, src, UPSERT).metrics
+    assert rows(spark, t) == [
+        (1, "A"), (2, "b"), (3, "c"), (4, "D"), (5, "e"), (6, "f"), (7, "g"), (8, "h"), (9, "i")
+    ]
+    assert (m["onePass"], m["onePassFallback"], m["scanTimeMs"]) == (1, 0, 0)
+    assert kept_files(before, file_snapshot(spark, t)) == untouched
+    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"], m["numTargetRowsDeleted"]) == (2, 1, 0)
+    assert (m["numTargetRowsMatchedUpdated"], m["numTargetRowsCopied"]) == (2, 2)
+    assert (m["numTargetFilesAfterSkipping"], m["numTargetFilesRemoved"]) == (2, 2)
+
+
+def test_one_pass_delete_only(spark, db) -> None:
+    t = four_files(spark, db)
+    src = source_view(spark, f"{db}_src", "id long", [(2,), (7,), (8,)])
+    m = merge(spark, t, src, [{"when": "matched", "action": "delete"}]).metrics
+    assert rows(spark, t) == [(1, "a"), (3, "c"), (4, "d"), (5, "e"), (6, "f")]
+    assert (m["onePass"], m["numTargetRowsDeleted"], m["numTargetRowsCopied"]) == (1, 3, 1)
+    assert m["numTargetFilesRemoved"] == 2
+
+
+def test_one_pass_falls_back_when_a_candidate_only_gets_unchanged_updates(spark, db) -> None:
+    """File 2's update changes nothing: it is not touched, so its one-pass copy is dropped."""
+    t = four_files(spark, db)
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (3, "c")])
+    m = merge(spark, t, src, UPSERT).metrics
+    assert (m["onePass"], m["onePassFallback"]) == (0, 1)
+    assert rows(spark, t)[:3] == [(1, "A"), (2, "b"), (3, "c")]
+    assert kept_files(before, file_snapshot(spark, t)) == sorted(files_of(spark, t, "id > 2"))
+    assert (m["numTargetRowsUpdated"], m["numTargetFilesRemoved"]) == (1, 1)
+
+
+def test_one_pass_falls_back_when_a_candidate_holds_no_match(spark, db) -> None:
+    """Key 6 falls in the second file's range [5, 7] but is not in it: that file stays."""
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b")], [(5, "e"), (7, "g")]])
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (6, "x")])
+    m = merge(spark, t, src, UPSERT).metrics
+    assert rows(spark, t) == [(1, "A"), (2, "b"), (5, "e"), (6, "x"), (7, "g")]
+    assert (m["onePass"], m["onePassFallback"]) == (0, 1)
+    assert (m["numTargetFilesRemoved"], m["numTargetRowsUpdated"], m["numTargetRowsInserted"]) == (1, 1, 1)
+    assert kept_files(before, file_snapshot(spark, t)) == files_of(spark, t, "id > 4 AND id <> 6")
+
+
+def test_one_pass_duplicate_source_keys_raise_the_cardinality_error(spark, db) -> None:
+    t = four_files(spark, db)
+    state = table_state(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (1, "B"), (4, "D")])
+    with pytest.raises(CardinalityViolation, match="1 target row"):
+        merge(spark, t, src, UPSERT)
+    assert table_state(spark, t) == state
+
+
+def test_one_pass_unconditional_delete_with_duplicate_keys_deletes_once(spark, db) -> None:
+    t = four_files(spark, db)
+    src = source_view(spark, f"{db}_src", "id long", [(2,), (2,), (3,)])
+    m = merge(spark, t, src, [{"when": "matched", "action": "delete"}]).metrics
+    assert rows(spark, t) == [(1, "a"), (4, "d"), (5, "e"), (6, "f"), (7, "g"), (8, "h")]
+    assert (m["onePass"], m["onePassFallback"], m["numTargetRowsDeleted"]) == (0, 1, 2)
+
+
+def test_one_pass_cast_error_leaves_the_table_unchanged(spark, db) -> None:
+    t = f"{db}.t"
+    create_table(spark, t, "id long, n int", [[(1, 1), (2, 2)], [(3, 3)]])
+    state = table_state(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, n long", [(1, 2**40)])
+    with pytest.raises(MergeError, match="cannot be cast|does not fit|out of range|overflow"):
+        merge(spark, t, src, UPSERT)
+    assert table_state(spark, t) == state
+
+
+def test_one_pass_is_not_used_with_not_matched_by_source(spark, db) -> None:
+    t = four_files(spark, db)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A")])
+    clauses = [*UPSERT, {"when": "not_matched_by_source", "condition": "t.id = 8", "action": "delete"}]
+    m = merge(spark, t, src, clauses).metrics
+    assert rows(spark, t)[-1] == (7, "g")
+    assert (m["onePass"], m["onePassFallback"]) == (0, 0)
