@@ -121,3 +121,17 @@ def test_one_pass_is_not_used_with_not_matched_by_source(spark, db) -> None:
     m = merge(spark, t, src, clauses).metrics
     assert rows(spark, t)[-1] == (7, "g")
     assert (m["onePass"], m["onePassFallback"]) == (0, 0)
+
+
+def test_no_candidate_file_makes_an_upsert_insert_only(spark, db) -> None:
+    """Every source key lies above every file's range: no file is read, nothing is scanned."""
+    t = four_files(spark, db)
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(10, "j"), (11, "k")])
+    m = merge(spark, t, src, UPSERT, change_data_feed={"table": f"{db}.t__changes"}).metrics
+    assert rows(spark, t)[-2:] == [(10, "j"), (11, "k")]
+    assert kept_files(before, file_snapshot(spark, t)) == sorted(before)
+    assert (m["scanTimeMs"], m["onePass"], m["numTargetFilesAfterSkipping"]) == (0, 0, 0)
+    assert (m["numTargetRowsInserted"], m["numTargetRowsUpdated"], m["numTargetFilesRemoved"]) == (2, 0, 0)
+    changes = spark.sql(f"SELECT id, v, _change_type FROM {db}.t__changes ORDER BY id").collect()
+    assert [tuple(r) for r in changes] == [(10, "j", "insert"), (11, "k", "insert")]

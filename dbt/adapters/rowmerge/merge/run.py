@@ -312,7 +312,9 @@ def _merge(
         if written is not None:
             scan, staged, removed_rows = written
         else:
-            if plan.matched or plan.not_matched_by_source:
+            # No candidate file: no target row can match (statistics rule every file out), so
+            # the merge is insert-only and needs no scan.
+            if (plan.matched or plan.not_matched_by_source) and files != []:
                 logger.info(
                     "rowmerge: %s: %d source rows; scanning %d of %d files",
                     target.name,
