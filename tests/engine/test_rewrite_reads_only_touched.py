@@ -1,7 +1,8 @@
 """The rewrite pass must never open an untouched file.
 
 Between the scan and the rewrite, every file the scan did not report as touched is replaced
-by garbage bytes. If the rewrite pass opened any of them, Spark would fail to read its
+by garbage bytes (with the one-pass rewrite, which has no scan: every file but the candidates
+it rewrites). If the rewrite pass opened any of them, Spark would fail to read its
 Parquet footer; the merge succeeding with exact rows proves it read only touched files.
 The original bytes are restored before the commit, so the end state can be checked.
 """
@@ -29,7 +30,7 @@ def test_rewrite_opens_only_touched_files(spark, db, monkeypatch, partitioned: b
     real_write = run_module.write_changes
     seen: dict[str, Any] = {}
 
-    def corrupting_write(spark_, plan, source, target, scan, staging, storage):
+    def corrupting_write(spark_, plan, source, target, scan, staging, storage, *one_pass):
         touched = {urlparse(storage.from_spark_path(f.path)).path for f in scan.touched}
         saved = {}
         for path in before:
@@ -40,7 +41,7 @@ def test_rewrite_opens_only_touched_files(spark, db, monkeypatch, partitioned: b
                     fh.write(b"not a parquet file" * 10)
         seen["corrupted"] = len(saved)
         try:
-            return real_write(spark_, plan, source, target, scan, staging, storage)
+            return real_write(spark_, plan, source, target, scan, staging, storage, *one_pass)
         finally:
             for path, data in saved.items():
                 with open(path, "wb") as fh:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
+from uuid import uuid4
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -85,7 +86,8 @@ class OnePass:
     :func:`.scan.one_pass_applies`): the rows the join produced, the rows clauses updated and
     deleted, and the files (``_metadata.file_path``) where some clause acted."""
 
-    observation: Observation = field(default_factory=lambda: Observation(f"{PREFIX}one_pass"))
+    # A name of its own: merges of other tables may run at the same time in this session.
+    observation: Observation = field(default_factory=lambda: Observation(f"{PREFIX}one_pass_{uuid4().hex}"))
 
     def observe(self, rows: DataFrame) -> DataFrame:
         """``rows`` (with the file and the clause flags of each joined row), observed."""
