@@ -81,7 +81,8 @@ def markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
         f"{meta['machine']}; Spark `{meta['master']}`, driver memory {meta['driver_memory']}; "
         f"deltalake {meta['versions'].get('deltalake')}; {meta['date']}; commit {meta['commit']}. "
         f"Seconds are the median of {meta['repeat']} run(s)"
-        f"{' after a warm-up' if meta['warmup'] else ''}, each on a fresh copy; ratios are "
+        f"{' (one warm-up run of every system before the first case)' if meta['warmup'] else ''}"
+        ", each on a fresh copy; ratios are "
         f"row_level_merge / peer, same run. Whole run: {meta['duration_s'] / 60:.1f} min.",
         "",
         "| case | source rows | files rewritten | row_level_merge s | full rewrite s | delta-rs s "
