@@ -22,8 +22,18 @@ $(RUN_STAMP): pyproject.toml
 	touch $(RUN_STAMP)
 
 # Run the integration project through its batches (one dbt build per batch, then --empty runs).
-demo: $(RUN_STAMP)
-	$(BIN)/python scripts/demo.py
+# CONNECT=1: the same through Spark Connect (a server from the PySpark distribution, started
+# and stopped here; or ROWMERGE_CONNECT_URL=sc://host:port).
+CONNECT ?=
+CONNECT_STAMP := $(VENV)/.installed-connect
+$(CONNECT_STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[connect]"
+	touch $(CONNECT_STAMP)
+
+demo: $(RUN_STAMP) $(if $(CONNECT),$(CONNECT_STAMP))
+	$(BIN)/python scripts/demo.py $(if $(CONNECT),--connect)
 
 # Every test: lint, unit, engine, dbt functional and the integration project.
 test: $(STAMP) lint

@@ -1,6 +1,6 @@
 """Run the integration dbt project end to end: one ``dbt build`` per batch, then the history.
 
-    python scripts/demo.py [--work-dir DIR] [--keep-going]
+    python scripts/demo.py [--work-dir DIR] [--keep-going] [--connect]
 
 Wipes the work directory (default ``integration_project/target``), then for batch 0 (the
 first run: seeds loaded, every table created), 1 and 2 (row-level merges) runs
@@ -14,6 +14,12 @@ Spark's warehouse and the Derby metastore (``ROWMERGE_DEMO_HOME``, read by profi
 After each ``dbt build`` its run_results.json is kept as ``run_results_batch_<N>.json``;
 at the end a summary prints every model's run line per batch and is written to
 ``demo_summary.json``. Exits non-zero if any dbt command fails.
+
+``--connect`` runs the same project through Spark Connect (profile target ``connect``,
+``method: connect``): dbt and the merge engine are Connect clients with no JVM, and the
+Spark session lives in a Spark Connect server started from the PySpark distribution on a
+free loopback port (warehouse and metastore under the work directory), stopped at the end.
+With ``ROWMERGE_CONNECT_URL=sc://host:port`` set, that server is used instead.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ def run_dbt(
         "--log-path",
         str(work_dir / "logs"),
     ]
+    if env.get("ROWMERGE_DEMO_TARGET"):
+        cmd += ["--target", env["ROWMERGE_DEMO_TARGET"]]
     if not sys.stdout.isatty():
         cmd.append("--no-use-colors")
     print(f"\n$ dbt {' '.join(args)}", flush=True)
@@ -137,17 +145,40 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the later batches even after a dbt command failed",
     )
+    parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="run through Spark Connect (a server started here unless ROWMERGE_CONNECT_URL is set)",
+    )
     args = parser.parse_args(argv)
     work_dir: Path = args.work_dir.resolve()
 
-    started = time.monotonic()
     shutil.rmtree(work_dir, ignore_errors=True)
     work_dir.mkdir(parents=True)
-
     env = dict(os.environ)
     env["ROWMERGE_DEMO_HOME"] = str(work_dir)
     env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if not args.connect:
+        return run_batches(args, work_dir, env)
+    from connect_server import ConnectServer
+
+    env["ROWMERGE_DEMO_TARGET"] = "connect"
+    if env.get("ROWMERGE_CONNECT_URL"):
+        return run_batches(args, work_dir, env)
+    print("starting a Spark Connect server ...", flush=True)
+    server = ConnectServer(work_dir / "connect_server").start()
+    print(f"Spark Connect server at {server.url}", flush=True)
+    env["ROWMERGE_CONNECT_URL"] = server.url
+    try:
+        return run_batches(args, work_dir, env)
+    finally:
+        server.stop()
+
+
+def run_batches(args: argparse.Namespace, work_dir: Path, env: dict[str, str]) -> int:
+    """Every batch, the --empty runs and the history; the summary; the exit code."""
+    started = time.monotonic()
     dbt = dbt_executable()
 
     summary: dict[str, Any] = {"work_dir": str(work_dir), "batches": [], "ok": True}

@@ -13,6 +13,7 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from dbt.adapters.rowmerge.merge import (
 from dbt.adapters.rowmerge.merge import journal as journal_module
 from dbt.adapters.rowmerge.merge import run as run_module
 from dbt.adapters.rowmerge.merge.lock import Owner, TableLock
-from dbt.adapters.rowmerge.merge.storage import HadoopStorage
+from dbt.adapters.rowmerge.merge.storage import STORAGE_CONF, storage_for
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -42,6 +43,15 @@ from tests.engine.helpers import (
     source_view,
     table_dir,
 )
+
+
+@pytest.fixture(autouse=True, params=["hadoop", "arrow"])
+def storage_kind(spark, request) -> Iterator[str]:
+    """Every journal test on both storages: Hadoop's (session mode) and pyarrow.fs (what a
+    Spark Connect client uses); the engine picks it from the session conf."""
+    spark.conf.set(STORAGE_CONF, request.param)
+    yield request.param
+    spark.conf.unset(STORAGE_CONF)
 
 
 class SimulatedCrash(BaseException):
@@ -297,7 +307,7 @@ def test_journal_foreign_append_is_kept_and_merge_commits(spark, db, monkeypatch
 
 
 def test_journal_merge_waits_for_the_lock_then_commits(spark, db, t):
-    storage = HadoopStorage(spark)
+    storage = storage_for(spark)
     holder = TableLock(storage, "file:" + str(log_dir(spark, t)), t, "MERGE", 0)
     holder.acquire()
     timer = threading.Timer(2.0, holder.release)
@@ -312,7 +322,7 @@ def test_journal_merge_waits_for_the_lock_then_commits(spark, db, t):
 
 
 def test_journal_merge_and_recover_fail_naming_the_lock_holder(spark, db, t):
-    storage = HadoopStorage(spark)
+    storage = storage_for(spark)
     before = file_snapshot(spark, t)
     with TableLock(storage, "file:" + str(log_dir(spark, t)), t, "MERGE", 0):
         src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
@@ -579,19 +589,23 @@ def test_journal_staged_path_outside_the_staging_folder_is_refused(spark, db, mo
     assert file_snapshot(spark, t) == before
 
 
-class RecordingStorage(HadoopStorage):
-    """The real storage, recording each delete (and able to stop after ``limit`` of them)."""
+class RecordingStorage:
+    """The session's real storage, recording each delete (and able to stop after ``limit``
+    of them)."""
 
     def __init__(self, spark, limit: int | None = None) -> None:
-        super().__init__(spark)
+        self.inner = storage_for(spark)
         self.deleted: list[str] = []
         self.limit = limit
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
     def delete(self, path: str, recursive: bool = False) -> bool:
         if self.limit is not None and len(self.deleted) >= self.limit:
             raise SimulatedCrash(path)
         self.deleted.append(path.rsplit("/", 1)[-1])
-        return super().delete(path, recursive)
+        return self.inner.delete(path, recursive)
 
 
 def test_journal_reset_deletes_newest_first_each_entry_before_its_marker(spark, db, t):
@@ -610,7 +624,7 @@ def test_journal_reset_deletes_newest_first_each_entry_before_its_marker(spark, 
         shutil.copytree(saved, folder)
         with pytest.raises(SimulatedCrash):
             journal_module.Journal(RecordingStorage(spark, limit), loc).reset()
-        versions, applied = journal_module.Journal(HadoopStorage(spark), loc).listing()
+        versions, applied = journal_module.Journal(storage_for(spark), loc).listing()
         assert len(versions) == 3 - (limit + 1) // 2 and set(versions) <= applied, (limit, versions, applied)
         assert not recover(spark, t).rolled_forward
 

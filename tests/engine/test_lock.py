@@ -20,12 +20,14 @@ import pytest
 
 from dbt.adapters.rowmerge.merge import ConcurrentMergeError
 from dbt.adapters.rowmerge.merge.lock import DEFAULT_LEASE_S, Owner, TableLock
-from dbt.adapters.rowmerge.merge.storage import HadoopStorage
+from dbt.adapters.rowmerge.merge.storage import HadoopStorage, Storage
+from dbt.adapters.rowmerge.merge.storage_arrow import ArrowStorage
 
 
-@pytest.fixture
-def storage(spark) -> HadoopStorage:
-    return HadoopStorage(spark)
+@pytest.fixture(params=["hadoop", "arrow"])
+def storage(spark, request) -> Storage:
+    """Every lock test on both storages: Hadoop's (session mode) and pyarrow.fs (Connect)."""
+    return HadoopStorage(spark) if request.param == "hadoop" else ArrowStorage()
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from dbt.adapters.rowmerge.merge.filestats import (
     parse_summary,
     summarize_footer,
 )
-from dbt.adapters.rowmerge.merge.storage import _tail
+from dbt.adapters.rowmerge.merge.storage import read_parquet_tail
 
 FIELDS = [
     StructField("id", LongType()),
@@ -49,7 +49,7 @@ FIELDS = [
 
 def footer_of(path: Path) -> bytes:
     data = path.read_bytes()
-    return _tail(len(data), lambda pos, n: data[pos : pos + n])
+    return read_parquet_tail(len(data), lambda pos, n: data[pos : pos + n])
 
 
 def write(path: Path, table: pa.Table, **kwargs) -> bytes:
@@ -106,9 +106,9 @@ def test_a_column_of_only_nulls_gets_no_range(tmp_path: Path) -> None:
 def test_tail_rejects_what_is_not_parquet() -> None:
     data = b"x" * 100
     with pytest.raises(ValueError, match="magic"):
-        _tail(len(data), lambda pos, n: data[pos : pos + n])
+        read_parquet_tail(len(data), lambda pos, n: data[pos : pos + n])
     with pytest.raises(ValueError, match="at least 12 bytes"):
-        _tail(4, lambda pos, n: b"PAR1")
+        read_parquet_tail(4, lambda pos, n: b"PAR1")
 
 
 def test_summary_round_trips_through_json_and_ignores_what_it_cannot_read(tmp_path: Path) -> None:

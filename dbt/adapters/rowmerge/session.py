@@ -43,9 +43,14 @@ class _ToDebugLog(logging.Handler):
         _dbt_log.debug(f"PySpark {record.name}: {self.format(record)}")
 
 
-def shared_session(parameters: Mapping[str, Any]) -> SparkSession:
+_remote_sessions: dict[str, SparkSession] = {}
+
+
+def shared_session(parameters: Mapping[str, Any], remote: str | None = None) -> SparkSession:
     """The process's running Spark session, or a new one built with ``parameters`` (over
-    :data:`QUIET_DEFAULTS`) when there is none."""
+    :data:`QUIET_DEFAULTS`) when there is none; with ``remote`` (an ``sc://`` URL), the
+    Spark Connect session to that server (one per URL, its ``parameters`` set as session
+    configuration)."""
     quiet = str({**QUIET_DEFAULTS, **parameters}["spark.log.level"]).upper() in QUIET_LEVELS
     for name in QUERY_CONTEXT_LOGGERS:
         # created as PySpark creates them (a plain Logger would reject its keyword arguments)
@@ -55,6 +60,8 @@ def shared_session(parameters: Mapping[str, Any]) -> SparkSession:
                 pyspark_logger.removeHandler(handler)
         if quiet and not pyspark_logger.handlers:
             pyspark_logger.addHandler(_ToDebugLog())
+    if remote is not None:
+        return _remote_session(remote, parameters)
     existing: SparkSession | None = SparkSession._instantiatedSession  # type: ignore[attr-defined]
     if existing is not None and existing.sparkContext._jsc is not None:  # not stopped
         return existing
@@ -64,13 +71,48 @@ def shared_session(parameters: Mapping[str, Any]) -> SparkSession:
     return builder.getOrCreate()
 
 
+def _remote_session(url: str, parameters: Mapping[str, Any]) -> SparkSession:
+    """The Connect session to ``url``; a server that went away is reconnected once asked again."""
+    session = _remote_sessions.get(url)
+    if session is not None and not getattr(session, "is_stopped", False):
+        return session
+    builder = SparkSession.builder.remote(url)
+    # Only runtime settings reach a Connect session; the server owns its static ones (master,
+    # warehouse, catalog), and the client's console has no Spark progress bar or log level.
+    for key, value in parameters.items():
+        if key not in QUIET_DEFAULTS:
+            builder = builder.config(key, value)
+    session = builder.create()
+    _remote_sessions[url] = session
+    return session
+
+
+def connect_url(host: str, token: str | None = None, use_ssl: bool = False) -> str:
+    """The Spark Connect URL of a profile: ``host`` (``sc://host:port``, parameters allowed)
+    plus ``token`` and ``use_ssl`` as Connect's ``;name=value`` parameters."""
+    url = host.rstrip("/")
+    extra = []
+    if token:
+        extra.append(f"token={token}")
+    if use_ssl and "use_ssl=" not in url:
+        extra.append("use_ssl=true")
+    if not extra:
+        return url
+    sep = ";" if "/;" in url else "/;"
+    return url + sep + ";".join(extra)
+
+
 def session_for(credentials: RowMergeCredentials) -> SparkSession:
     """Return the same session dbt-spark's cursor uses."""
-    if str(credentials.method) != "session":
+    method = str(credentials.method)
+    if method == "connect":
+        return shared_session(credentials.server_side_parameters, credentials.remote_url)
+    if method != "session":
         raise DbtRuntimeError(
-            "incremental_strategy='row_level_merge' needs `method: session` in the rowmerge "
-            f"profile (found `method: {credentials.method}`): the merge engine runs on the "
-            "PySpark session inside the dbt process. Point that session at your cluster with "
-            "`server_side_parameters: {spark.master: ...}`."
+            "incremental_strategy='row_level_merge' needs `method: session` or `method: connect` in "
+            f"the rowmerge profile (found `method: {credentials.method}`): the merge engine runs on "
+            "a PySpark session of the dbt process. Point `session` at your cluster with "
+            "`server_side_parameters: {spark.master: ...}`, or reach a Spark Connect server with "
+            "`method: connect` and `host: sc://host:port`."
         )
     return shared_session(credentials.server_side_parameters)

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DataType, NullType, StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
+from . import plan_connect
 from .errors import MergeSpecError, spark_reason
 from .outputs import PREFIX, as_stored, char_limit, checked_cast, q
 from .spec import Clause, Constraint, MergeSpec
@@ -225,7 +226,8 @@ def _resolve_on(r: _Resolution, s_ctx: DataFrame, t_ctx: DataFrame) -> tuple[str
     try:
         on_col = F.expr(on_text)
         joined = s_ctx.join(t_ctx, on_col, "inner")
-        if not joined._jdf.queryExecution().analyzed().deterministic():
+        joined.schema  # noqa: B018 -- analyses it now (Spark Connect analyses lazily)
+        if not _deterministic_plan(joined):
             r.problems.append(
                 f"`on` ({shorten(on)}) is non-deterministic; a merge condition must be repeatable"
             )
@@ -237,7 +239,7 @@ def _resolve_on(r: _Resolution, s_ctx: DataFrame, t_ctx: DataFrame) -> tuple[str
         else:
             r.problems.append(f"`on` ({shorten(on)}) cannot be resolved: {_short(exc)}")
         raise MergeSpecError(r.problems) from None
-    if _has_subquery(joined._jdf.queryExecution().analyzed()):
+    if _top_has_subquery(joined):
         r.problems.append(
             f"`on` ({shorten(on)}) uses a subquery; join the data in the model SQL and compare "
             "with that source column"
@@ -272,7 +274,7 @@ def _clause_scopes(
 def _scope(
     frame: DataFrame, hint: str | None, joined: DataFrame, defer_unknown: bool = False, kind: str = ""
 ) -> _Scope:
-    nodes = _node_classes(frame._jdf.queryExecution().analyzed())
+    nodes = _plan_nodes(frame)
     return _Scope(frame, nodes, hint, joined, defer_unknown, kind)
 
 
@@ -411,10 +413,11 @@ def _check_expression(
     try:
         col = F.expr(expr_text)
         probe = scope.frame.select(col.alias("v"))
+        probe.schema  # noqa: B018 -- analyses it now (Spark Connect analyses lazily)
     except AnalysisException as exc:
         if scope.hint is not None:
             try:
-                scope.joined.select(F.expr(expr_text))
+                scope.joined.select(F.expr(expr_text)).schema  # noqa: B018
                 r.problems.append(f"{what} ({shorten(text)}) may reference only {scope.hint}")
                 return None
             except Exception:
@@ -439,7 +442,7 @@ def _check_expression(
         r.problems.append(
             f"{what} ({shorten(text)}) must be a boolean expression, got {dtype.simpleString()}"
         )
-    if not probe._jdf.queryExecution().analyzed().deterministic():
+    if not _deterministic_column(scope.frame, col, probe):
         r.problems.append(
             f"{what} ({shorten(text)}) is non-deterministic; conditions and values must be repeatable"
         )
@@ -492,6 +495,33 @@ def _short(exc: Exception) -> str:
     return shorten(spark_reason(exc), 400)
 
 
+def _jvm_plan(df: DataFrame) -> Any:
+    """The analyzed plan's Java object, or None on Spark Connect (see :mod:`.plan_connect`)."""
+    jdf = getattr(df, "_jdf", None)
+    return jdf.queryExecution().analyzed() if jdf is not None else None
+
+
+def _deterministic_plan(df: DataFrame) -> bool:
+    jplan = _jvm_plan(df)
+    # On Connect the analyzer itself refused a non-deterministic join condition already.
+    return bool(jplan.deterministic()) if jplan is not None else True
+
+
+def _deterministic_column(frame: DataFrame, col: Column, probe: DataFrame) -> bool:
+    jplan = _jvm_plan(probe)
+    return bool(jplan.deterministic()) if jplan is not None else plan_connect.deterministic(frame, col)
+
+
+def _plan_nodes(df: DataFrame) -> list[str]:
+    jplan = _jvm_plan(df)
+    return _node_classes(jplan) if jplan is not None else plan_connect.node_classes(df)
+
+
+def _top_has_subquery(df: DataFrame) -> bool:
+    jplan = _jvm_plan(df)
+    return _has_subquery(jplan) if jplan is not None else plan_connect.top_has_subquery(df)
+
+
 def _node_classes(jplan: Any) -> list[str]:
     out, stack = [], [jplan]
     while stack:
@@ -518,12 +548,11 @@ def _has_subquery(jplan: Any) -> bool:
 
 def _not_row_by_row(probe: DataFrame, base: list[str]) -> str | None:
     """What in ``probe`` (a select over a frame with plan nodes ``base``) is not row by row."""
-    analyzed = probe._jdf.queryExecution().analyzed()
-    classes = _node_classes(analyzed)
+    classes = _plan_nodes(probe)
     for cls, what in NOT_ROW_BY_ROW.items():
         if classes.count(cls) > base.count(cls):
             return what
-    if _has_subquery(analyzed):
+    if _top_has_subquery(probe):
         return "a subquery"
     return None
 
@@ -596,11 +625,16 @@ def analyze_on(
 
     ``on`` is the pinned text (time functions replaced; see :func:`build_plan`).
     """
-    parsed = spark._jsparkSession.sessionState().sqlParser().parseExpression(on)
+    if getattr(spark, "_jsparkSession", None) is not None:  # Spark's own parser
+        parsed = spark._jsparkSession.sessionState().sqlParser().parseExpression(on)
+        conjuncts = [(_key_pair(c, ta, sa), str(c.sql())) for c in _conjuncts(parsed)]
+        columns = _columns_of(parsed, ta)
+    else:  # Spark Connect: no parser on this side
+        conjuncts = [(plan_connect.key_pair(c, ta, sa), c) for c in plan_connect.split_conjuncts(on)]
+        columns = plan_connect.columns_of(on, ta)
     key_pairs: list[tuple[str, str]] = []
     target_only: list[str] = []
-    for conj in _conjuncts(parsed):
-        pair = _key_pair(conj, ta, sa)
+    for pair, text in conjuncts:
         if pair is not None:
             tcol, sexpr = pair
             # Range pruning compares target values with source values; only sound when
@@ -612,10 +646,9 @@ def analyze_on(
             if target.has_column(tcol) and stype == target.field(tcol).dataType:
                 key_pairs.append((target.field(tcol).name, sexpr))
             continue
-        text = str(conj.sql())
         try:
-            t_ctx.select(F.expr(text))
+            t_ctx.select(F.expr(text)).schema  # noqa: B018 -- resolves over the target alone?
             target_only.append(text)
         except AnalysisException:
             pass
-    return OnAnalysis(key_pairs, target_only, _columns_of(parsed, ta))
+    return OnAnalysis(key_pairs, target_only, columns)

@@ -239,7 +239,7 @@ class HadoopStorage(Storage):
         qualified = self.qualify(path)
         local = local_path(qualified)
         if local is not None:
-            return _create_local_if_absent(local, text)
+            return create_local_if_absent(local, text)
         jp = self._path(qualified)
         fs = self._fs(jp)
         if fs.exists(jp):
@@ -292,7 +292,7 @@ class HadoopStorage(Storage):
         local = local_path(self.qualify(path))
         if local is not None:
             with open(local, "rb") as fh:
-                return _tail(size, lambda pos, n: (fh.seek(pos), fh.read(n))[1])
+                return read_parquet_tail(size, lambda pos, n: (fh.seek(pos), fh.read(n))[1])
         jp = self._path(path)
         stream = self._fs(jp).open(jp)
         io = self._jvm.org.apache.commons.io.IOUtils
@@ -302,7 +302,7 @@ class HadoopStorage(Storage):
             return bytes(io.toByteArray(stream, n))
 
         try:
-            return _tail(size, read)
+            return read_parquet_tail(size, read)
         finally:
             stream.close()
 
@@ -325,7 +325,7 @@ class HadoopStorage(Storage):
             reader.close()
 
 
-def _tail(size: int, read: Any) -> bytes:
+def read_parquet_tail(size: int, read: Any) -> bytes:
     """Footer + length + magic of a Parquet file, via ``read(position, length) -> bytes``."""
     if size < 12:
         raise ValueError(f"a Parquet file has at least 12 bytes, not {size}")
@@ -345,7 +345,7 @@ def _vanished(exc: BaseException) -> bool:
     return java is not None and str(java.getClass().getName()) == "java.io.FileNotFoundException"
 
 
-def _create_local_if_absent(path: str, text: str) -> bool:
+def create_local_if_absent(path: str, text: str) -> bool:
     """Write a private temporary file, then hard-link it into place (atomic, never torn)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
@@ -362,6 +362,32 @@ def _create_local_if_absent(path: str, text: str) -> bool:
         os.unlink(tmp)
 
 
+STORAGE_CONF = "spark.rowmerge.storage"  # auto (default), hadoop or arrow
+
+
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session: a client with no JVM behind it."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def storage_for(spark: SparkSession) -> Storage:
-    """The storage the engine uses for ``spark``'s tables."""
+    """The storage the engine uses for ``spark``'s tables: Hadoop's filesystems through the
+    session's JVM, or ``pyarrow.fs`` (:mod:`.storage_arrow`) for a Spark Connect session, which
+    has no JVM here. ``spark.rowmerge.storage`` (``auto``, ``hadoop``, ``arrow``) overrides it."""
+    from .errors import UnsupportedTableError
+    from .storage_arrow import ArrowStorage
+
+    connect = is_connect(spark)
+    choice = str(spark.conf.get(STORAGE_CONF, "auto") or "auto").strip().lower()
+    if choice not in ("auto", "hadoop", "arrow"):
+        raise UnsupportedTableError(
+            f"{STORAGE_CONF}={choice!r} is not a storage; use auto (the default), hadoop or arrow"
+        )
+    if choice == "hadoop" and connect:
+        raise UnsupportedTableError(
+            f"{STORAGE_CONF}=hadoop needs the session's JVM, and a Spark Connect client has none; "
+            "use auto or arrow (pyarrow.fs)"
+        )
+    if choice == "arrow" or connect:
+        return ArrowStorage.from_conf(spark.conf.getAll)
     return HadoopStorage(spark)

@@ -1,0 +1,160 @@
+"""What :mod:`.plan` asks the session's JVM about expressions, answered through Spark Connect.
+
+A Connect client has no JVM: it cannot walk the analyzed plan's Java objects or call Spark's
+SQL parser. The same questions are answered from what the server does return:
+
+- the plan's node kinds (is there an aggregate, a window, a generator, a subquery?) from the
+  analyzed plan's text (``DataFrame._explain_string``), main tree only, as the JVM walk counts;
+- whether an expression is deterministic by asking the analyzer: it refuses a
+  non-deterministic join condition (INVALID_NON_DETERMINISTIC_EXPRESSIONS), so the expression
+  is put in one (``(expr) IS NULL OR TRUE``, which joins every row and is never run);
+- the conjuncts of ``on`` and its ``target.col = source.col`` pairs by a small tokenizer that
+  respects quotes, parentheses, CASE ... END and BETWEEN ... AND. It is conservative: a
+  conjunct it cannot read as a plain column pair only loses file skipping, never rows, because
+  every conjunct still joins as written.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.utils import AnalysisException
+
+from .outputs import q
+
+_ANALYZED = "== Analyzed Logical Plan =="
+_SUBQUERY = re.compile(r"\b(scalar-subquery|exists|list|lateral-subquery)#\d+")
+_IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)"
+_PAIR = re.compile(rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*=\s*({_IDENT})\s*\.\s*({_IDENT})\s*$")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def analyzed_lines(df: DataFrame) -> list[str]:
+    """The analyzed logical plan of ``df``, one node per line, as the server prints it."""
+    text = df._explain_string(extended=True)  # type: ignore[operator]
+    _, _, rest = text.partition(_ANALYZED)
+    body = rest.split("\n== ", 1)[0].strip("\n").splitlines()
+    return body[1:]  # the first line is the output schema
+
+
+def node_classes(df: DataFrame) -> list[str]:
+    """Node names of the main plan tree (subquery plans, printed after ``:``, excluded)."""
+    out = []
+    for line in analyzed_lines(df):
+        m = re.match(r"^([ :|+\-]*)([A-Za-z]\w*)", line)
+        if m and ":" not in m.group(1):
+            out.append(m.group(2))
+    return out
+
+
+def top_has_subquery(df: DataFrame) -> bool:
+    """True if the top node's own expressions hold a subquery (EXISTS, IN (SELECT ...), scalar)."""
+    lines = analyzed_lines(df)
+    return bool(lines) and _SUBQUERY.search(lines[0]) is not None
+
+
+def deterministic(frame: DataFrame, col: Column) -> bool:
+    """Whether ``col`` (over ``frame``) is deterministic, as Spark's analyzer judges it."""
+    one = frame.sparkSession.range(1).select(F.lit(1).alias("__rowmerge_one"))
+    try:
+        frame.join(one, col.isNull() | F.lit(True), "inner").schema  # noqa: B018 -- analyse only
+    except AnalysisException as exc:
+        if "NON_DETERMINISTIC" in str(exc):
+            return False
+        raise
+    return True
+
+
+def _unquote(ident: str) -> str:
+    return ident[1:-1].replace("``", "`") if ident.startswith("`") else ident
+
+
+def _tokens(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, upper-cased word) of every bare word outside quotes, with '(' and ')'."""
+    out: list[tuple[int, int, str]] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "'\"`":
+            j = i + 1
+            while j < n:
+                if text[j] == "\\" and ch != "`":
+                    j += 2
+                    continue
+                if text[j] == ch:
+                    if j + 1 < n and text[j + 1] == ch:  # doubled quote
+                        j += 2
+                        continue
+                    break
+                j += 1
+            i = j + 1
+        elif ch in "()":
+            out.append((i, i + 1, ch))
+            i += 1
+        elif ch.isalpha() or ch == "_":
+            m = _WORD.match(text, i)
+            assert m is not None
+            out.append((i, m.end(), m.group(0).upper()))
+            i = m.end()
+        else:
+            i += 1
+    return out
+
+
+def split_conjuncts(on: str) -> list[str]:
+    """The top-level AND operands of ``on`` (not the AND of BETWEEN, nor one inside parentheses
+    or CASE ... END)."""
+    parts, start, depth, between = [], 0, 0, 0
+    for s, e, tok in _tokens(on):
+        if tok in ("(", "CASE"):
+            depth += 1
+        elif tok in (")", "END"):
+            depth -= 1
+        elif depth == 0 and tok == "BETWEEN":
+            between += 1
+        elif depth == 0 and tok == "AND":
+            if between:
+                between -= 1
+            else:
+                parts.append(on[start:s])
+                start = e
+    parts.append(on[start:])
+    return [_strip_parens(p.strip()) for p in parts if p.strip()]
+
+
+def _strip_parens(text: str) -> str:
+    """``(a = b)`` -> ``a = b`` when the outer parentheses enclose the whole text."""
+    while text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for s, _, tok in _tokens(text):
+            depth += {"(": 1, ")": -1}.get(tok, 0)
+            if depth == 0 and s < len(text) - 1:
+                return text
+        text = text[1:-1].strip()
+    return text
+
+
+def key_pair(conj: str, ta: str, sa: str) -> tuple[str, str] | None:
+    """``ta.col = sa.col`` (either order) -> (target column, the source column quoted)."""
+    m = _PAIR.match(conj)
+    if m is None:
+        return None
+    a, b, c, d = (_unquote(g) for g in m.groups())
+    for (q1, c1), (q2, c2) in (((a, b), (c, d)), ((c, d), (a, b))):
+        if q1.lower() == ta.lower() and q2.lower() == sa.lower():
+            return c1, q(sa, c2)
+    return None
+
+
+def columns_of(on: str, ta: str) -> list[str]:
+    """Every ``ta.column`` the text refers to, in order, once."""
+    found: list[str] = []
+    pattern = re.compile(rf"(?<![\w.`])({_IDENT})\s*\.\s*({_IDENT})")
+    blanked = re.sub(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", lambda m: " " * len(m.group(0)), on)
+    for m in pattern.finditer(blanked):
+        q, col = _unquote(m.group(1)), _unquote(m.group(2))
+        if q.lower() == ta.lower() and col not in found:
+            found.append(col)
+    return found
