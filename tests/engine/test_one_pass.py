@@ -44,7 +44,15 @@ def test_one_pass_upsert_rewrites_only_the_candidates(spark, db) -> None:
     src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (4, "D"), (9, "i")])
     m = merge(spark, t, src, UPSERT).metrics
     assert rows(spark, t) == [
-        (1, "A"), (2, "b"), (3, "c"), (4, "D"), (5, "e"), (6, "f"), (7, "g"), (8, "h"), (9, "i")
+        (1, "A"),
+        (2, "b"),
+        (3, "c"),
+        (4, "D"),
+        (5, "e"),
+        (6, "f"),
+        (7, "g"),
+        (8, "h"),
+        (9, "i"),
     ]
     assert (m["onePass"], m["onePassFallback"], m["scanTimeMs"]) == (1, 0, 0)
     assert kept_files(before, file_snapshot(spark, t)) == untouched
