@@ -227,6 +227,19 @@ def run_cases(
     return records
 
 
+def _commit() -> str:
+    """HEAD's short hash, with ``+changes`` if the working tree differs from it."""
+    try:
+        git = ["git", "-C", str(ROOT)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        )
+    except OSError:
+        return ""
+    return head.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def meta(args: argparse.Namespace, started: float, spark: SparkSession) -> dict[str, Any]:
     from importlib.metadata import version
 
@@ -240,15 +253,6 @@ def meta(args: argparse.Namespace, started: float, spark: SparkSession) -> dict[
         mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
     except (ValueError, OSError):
         mem_gb = 0
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-    except OSError:
-        commit = ""
     python = platform.python_version()
     return {
         "rows": args.rows,
@@ -259,7 +263,7 @@ def meta(args: argparse.Namespace, started: float, spark: SparkSession) -> dict[
         "master": spark.sparkContext.master,
         "driver_memory": args.driver_memory,
         "versions": {p: _version(p) for p in ("pyspark", "deltalake", "pyarrow", "dbt-rowmerge")},
-        "commit": commit,
+        "commit": args.commit,
         "date": time.strftime("%Y-%m-%d"),
         "duration_s": round(time.monotonic() - started),
     }
@@ -282,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "work", help="scratch space for tables")
     parser.add_argument("--driver-memory", default="4g")
     args = parser.parse_args(argv)
+    args.commit = _commit()  # the code that runs: taken now, not when the run ends
 
     started = time.monotonic()
     work: Path = args.work.resolve()
