@@ -26,9 +26,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from dbt.adapters.rowmerge.merge import recover, run_merge, start_history
 from dbt.adapters.rowmerge.merge.journal import Journal
-from dbt.adapters.rowmerge.merge.storage import HadoopStorage
+from dbt.adapters.rowmerge.merge.storage import STORAGE_CONF, HadoopStorage
 from dbt.adapters.rowmerge.merge.table import describe_table, register_partitions, sql_name
 from tests.engine.helpers import create_table
+from tests.reliability.victim import STORAGE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT_EXIT = 137
@@ -277,8 +278,8 @@ def victim_env(java_opts: str, **extra: str) -> dict[str, str]:
         ROWMERGE_VICTIM_JAVA_OPTS=java_opts,
         ROWMERGE_VICTIM_INTERPRETED="1",
         PYTHONUNBUFFERED="1",
-        **extra,
     )
+    env.update(extra)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
@@ -355,7 +356,11 @@ def run_fault_injection(
     """Kill a victim after every step of the commit protocol in turn; check each recovery.
 
     Returns the counts for the report: trials, and rows lost / duplicated (asserted 0).
+    Victims use the storage of ``spark.rowmerge.storage`` in the test's session (Hadoop's
+    unless a test sets it), so do the recoveries.
     """
+    storage = {STORAGE_ENV: str(spark.conf.get(STORAGE_CONF, "auto"))}
+
     expected = expected_states(spark, db, shape)
 
     # The uninterrupted run: it must reach the post state, and it names every step.
@@ -363,7 +368,7 @@ def run_fault_injection(
     trace = tmp_path / "trace.txt"
     proc = run_victim(
         write_job(tmp_path / "trace.json", job(shape, table, tmp_path)),
-        victim_env(java_opts, ROWMERGE_FAULT_TRACE=str(trace)),
+        victim_env(java_opts, ROWMERGE_FAULT_TRACE=str(trace), **storage),
     )
     assert proc.returncode == 0 and (result_line(proc.stdout) or {}).get("ok"), proc.stderr[-3000:]
     steps = trace.read_text().split()
@@ -383,7 +388,7 @@ def run_fault_injection(
         victim = subprocess.Popen(
             victim_command("once", write_job(tmp_path / f"job_{i}.json", job(shape, table, tmp_path))),
             cwd=REPO,
-            env=victim_env(java_opts, ROWMERGE_FAULT_AFTER=step),
+            env=victim_env(java_opts, ROWMERGE_FAULT_AFTER=step, **storage),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -413,14 +418,22 @@ def run_fault_injection(
     }
 
 
-def fault_injection_test(shape_name: str) -> Callable[..., None]:
-    """The test of one shape; each shape's test sits in its own module so xdist runs them side by side."""
+def fault_injection_test(shape_name: str, storage: str = "hadoop") -> Callable[..., None]:
+    """The test of one shape; each shape's test sits in its own module so xdist runs them side by side.
+
+    ``storage``: the engine's storage in the victims and for the recoveries (``arrow``: the
+    pyarrow.fs storage a Spark Connect client uses)."""
 
     @pytest.mark.slow
     def test(spark: SparkSession, rdb: str, tmp_path: Path, java_opts: str, record_property: Any) -> None:
-        counts = run_fault_injection(spark, rdb, tmp_path, java_opts, SHAPES[shape_name])
-        record_property("reliability", counts)
+        spark.conf.set(STORAGE_CONF, storage)
+        try:
+            counts = run_fault_injection(spark, rdb, tmp_path, java_opts, SHAPES[shape_name])
+        finally:
+            spark.conf.unset(STORAGE_CONF)
+        record_property("reliability", {**counts, f"fault_trials_{storage}_storage": counts["fault_trials"]})
         assert (counts["rows_lost"], counts["rows_duplicated"]) == (0, 0)
 
-    test.__name__ = f"test_fault_injection_{shape_name}_every_commit_step"
+    suffix = "" if storage == "hadoop" else f"_on_{storage}_storage"
+    test.__name__ = f"test_fault_injection_{shape_name}_every_commit_step{suffix}"
     return test

@@ -28,6 +28,8 @@ from dbt.adapters.rowmerge.merge import MergeError, run_merge
 JAVA_OPTS_ENV = "ROWMERGE_VICTIM_JAVA_OPTS"
 # Set by the test: "1" runs queries interpreted; compiling code for a few rows once costs more.
 INTERPRETED_ENV = "ROWMERGE_VICTIM_INTERPRETED"
+# Set by the test: the engine's storage (spark.rowmerge.storage: hadoop, arrow; auto if unset).
+STORAGE_ENV = "ROWMERGE_VICTIM_STORAGE"
 
 
 def session(root: str) -> SparkSession:
@@ -49,6 +51,8 @@ def session(root: str) -> SparkSession:
             .config("spark.sql.adaptive.enabled", "false")
             .config("spark.sql.shuffle.partitions", "1")
         )
+    if os.environ.get(STORAGE_ENV):
+        builder = builder.config("spark.rowmerge.storage", os.environ[STORAGE_ENV])
     opts = os.environ.get(JAVA_OPTS_ENV)
     if opts:
         builder = builder.config("spark.driver.extraJavaOptions", opts)
