@@ -84,14 +84,18 @@ def test_bad_clause_is_named_before_anything_is_written(remote, rdb, t):
     before = file_snapshot(remote, t)
     src = source_view(remote, f"{rdb}_s", "id long, v string", [(1, "A")])
     bad = [
-        {"when": "matched", "action": "update", "set": {"v": "s.nope"}},
         {"when": "matched", "condition": "rand() > 0.5", "action": "delete"},
+        {"when": "matched", "condition": "exists(select 1)", "action": "delete"},
+        {"when": "matched", "action": "update", "set": {"v": "s.nope"}},
         {"when": "not_matched", "action": "insert", "values": {"id": "max(s.id)", "v": "s.v"}},
     ]
     with pytest.raises(MergeSpecError) as err:
         merge(remote, t, src, bad)
     text = str(err.value)
-    assert "s.nope" in text and "non-deterministic" in text and "aggregate function" in text
+    assert "clauses[0]" in text and "non-deterministic" in text
+    assert "clauses[1]" in text and "subquery" in text
+    assert "clauses[2]" in text and "s.nope" in text
+    assert "clauses[3]" in text and "aggregate function" in text
     assert file_snapshot(remote, t) == before
 
 
