@@ -43,8 +43,18 @@ def spark_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("spark")
 
 
+# Set by tests/connect and tests/cluster when they rerun engine test modules in a subprocess:
+# an sc:// URL makes `spark` a Spark Connect session to that server.
+REMOTE_ENV = "ROWMERGE_TEST_REMOTE"
+
+
 @pytest.fixture(scope="session")
 def spark(spark_root: Path) -> Iterator[SparkSession]:
+    if os.environ.get(REMOTE_ENV):
+        remote = SparkSession.builder.remote(os.environ[REMOTE_ENV]).create()
+        yield remote
+        remote.stop()
+        return
     builder = SparkSession.builder.enableHiveSupport()
     for key, value in spark_conf(spark_root).items():
         builder = builder.config(key, value)

@@ -30,11 +30,13 @@ JAVA_OPTS_ENV = "ROWMERGE_VICTIM_JAVA_OPTS"
 INTERPRETED_ENV = "ROWMERGE_VICTIM_INTERPRETED"
 # Set by the test: the engine's storage (spark.rowmerge.storage: hadoop, arrow; auto if unset).
 STORAGE_ENV = "ROWMERGE_VICTIM_STORAGE"
+# Set by the test: the victim's master (a standalone cluster's spark:// URL); local[1] if unset.
+MASTER_ENV = "ROWMERGE_VICTIM_MASTER"
 
 
 def session(root: str) -> SparkSession:
     builder = (
-        SparkSession.builder.master("local[1]")
+        SparkSession.builder.master(os.environ.get(MASTER_ENV) or "local[1]")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
