@@ -30,10 +30,12 @@ MODULES = [
 ]
 
 
-def run_engine_third(env: dict[str, str], tmp: Path) -> tuple[int, str]:
+def run_engine_third(env: dict[str, str], tmp: Path, deselect: tuple[str, ...] = ()) -> tuple[int, str]:
     """(tests passed, output); asserts the run passed with nothing skipped or failed."""
+    args = [f"--deselect={t}" for t in deselect]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp), *MODULES],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp), *args]
+        + MODULES,
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,

@@ -62,6 +62,11 @@ def test_session_profiles_are_unchanged() -> None:
         ("t.v = 'x AND y' AND t.k = s.k", ["t.v = 'x AND y'", "t.k = s.k"]),
         ("(t.a = s.a) AND (t.b = s.b)", ["t.a = s.a", "t.b = s.b"]),
         ("(t.a = s.a) OR (t.b = s.b)", ["(t.a = s.a) OR (t.b = s.b)"]),
+        ("t.a = s.a OR t.b = s.b AND t.c = 1", ["t.a = s.a OR t.b = s.b AND t.c = 1"]),
+        (
+            "t.a = s.a AND (t.b = 1 OR t.c = 2) AND t.d = s.d",
+            ["t.a = s.a", "t.b = 1 OR t.c = 2", "t.d = s.d"],
+        ),
     ],
 )
 def test_split_conjuncts(on: str, parts: list[str]) -> None:

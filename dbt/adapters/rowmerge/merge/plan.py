@@ -460,7 +460,7 @@ def _cast_to(
     if src_type == fld.dataType and char_limit(fld) is None:
         return col
     try:
-        frame.select(col.cast(fld.dataType))
+        frame.select(col.cast(fld.dataType)).schema  # noqa: B018 -- analysed now (Connect is lazy)
     except AnalysisException:
         r.problems.append(
             f"{what}: value ({shorten(text)}) of type {src_type.simpleString()} cannot be cast to "

@@ -105,9 +105,15 @@ def _tokens(text: str) -> list[tuple[int, int, str]]:
 
 def split_conjuncts(on: str) -> list[str]:
     """The top-level AND operands of ``on`` (not the AND of BETWEEN, nor one inside parentheses
-    or CASE ... END)."""
+    or CASE ... END); ``on`` whole when a top-level OR makes it a disjunction."""
+    tokens = _tokens(on)
+    depth = 0
+    for _, _, tok in tokens:
+        depth += 1 if tok in ("(", "CASE") else -1 if tok in (")", "END") else 0
+        if depth == 0 and tok == "OR":  # AND binds tighter: `a OR b AND c` is one disjunction
+            return [_strip_parens(on.strip())]
     parts, start, depth, between = [], 0, 0, 0
-    for s, e, tok in _tokens(on):
+    for s, e, tok in tokens:
         if tok in ("(", "CASE"):
             depth += 1
         elif tok in (")", "END"):

@@ -122,6 +122,7 @@ def read_source(spark: SparkSession, name: str) -> DataFrame:
     """The source relation (its name was validated by the spec)."""
     try:
         df = spark.table(sql_name(name))
+        df.schema  # noqa: B018 -- resolved now (Spark Connect resolves lazily)
     except AnalysisException as exc:
         raise UnsupportedTableError(
             f"MERGE source {name} cannot be read: {spark_reason(exc)}. Check the `source` name (dbt passes "
