@@ -1,5 +1,5 @@
-"""A representative third of the engine suite, rerun elsewhere: on a standalone cluster
-(tests/cluster) and through Spark Connect (tests/connect): 149 of the 520 engine tests. Every
+"""A representative third of the engine suite, rerun elsewhere: through Spark Connect
+(tests/connect; ROWMERGE_TEST_MASTER=spark://... runs it on a cluster): 149 of the 520 engine tests. Every
 clause kind, NULL semantics, `on` shapes, file skipping, the one-pass rewrite, unchanged rows,
 the change feed, partitioned tables, schema evolution and casts, quoted identifiers,
 cardinality errors and configuration errors; run in a subprocess whose `spark` fixture
