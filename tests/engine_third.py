@@ -30,12 +30,14 @@ MODULES = [
 ]
 
 
-def run_engine_third(env: dict[str, str], tmp: Path, deselect: tuple[str, ...] = ()) -> tuple[int, str]:
+def run_engine_third(
+    env: dict[str, str], tmp: Path, deselect: tuple[str, ...] = (), modules: list[str] = MODULES
+) -> tuple[int, str]:
     """(tests passed, output); asserts the run passed with nothing skipped or failed."""
     args = [f"--deselect={t}" for t in deselect]
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp), *args]
-        + MODULES,
+        + modules,
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,

@@ -280,6 +280,8 @@ def victim_env(java_opts: str, **extra: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)
+    for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):  # a classic session, always
+        env.pop(name, None)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 

@@ -1,4 +1,8 @@
-"""The merge engine through Spark Connect: every clause kind, the change feed, a partitioned
+"""(Run by test_connect_checks.py in a subprocess whose `spark` is a Spark Connect session:
+PySpark switches a whole process to Connect once it made a Connect session, so no test
+process that also runs classic tests may make one.)
+
+The merge engine through Spark Connect: every clause kind, the change feed, a partitioned
 table, a cardinality error and a crash after the commit point, on a Spark Connect session
 (no JVM in this process: the files are reached through pyarrow.fs, the plan checks through
 the server's analyzer). The same merges run on the embedded session in tests/engine; here
@@ -6,6 +10,7 @@ every result must be the same, row for row."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -18,6 +23,21 @@ from dbt.adapters.rowmerge.merge.storage_arrow import ArrowStorage
 from tests.engine.helpers import UPSERT, create_table, file_snapshot, merge, rows, source_view
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def remote(spark):
+    """The session of this process: a Spark Connect one (ROWMERGE_TEST_REMOTE)."""
+    assert is_connect(spark), "run through tests/connect/test_connect_checks.py"
+    return spark
+
+
+@pytest.fixture
+def rdb(remote):
+    name = "c_" + uuid.uuid4().hex[:10]
+    remote.sql(f"CREATE DATABASE {name}")
+    yield name
+    remote.sql(f"DROP DATABASE IF EXISTS {name} CASCADE")
 
 
 def changes(spark, t: str) -> list[tuple[Any, ...]]:
