@@ -7,23 +7,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyspark
+from scripts.connect_server import SPARK_HOME, free_port
 
-SPARK_HOME = Path(pyspark.__file__).parent
 START_TIMEOUT_S = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

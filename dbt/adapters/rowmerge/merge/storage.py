@@ -90,9 +90,29 @@ class Storage(ABC):
         """The whole content of a small file."""
 
     @abstractmethod
+    def footer_rows(self, path: str, file_format: str) -> int:
+        """Rows of one non-empty Parquet (``parquet``) or ORC (``orc``) file, from its footer."""
+
     def count_rows(self, sizes: Mapping[str, int], file_format: str) -> dict[str, int]:
         """Rows in each Parquet/ORC file of ``sizes`` (path -> bytes), by qualified path, from
-        footers; a file of 0 bytes holds no rows."""
+        footers; a file of 0 bytes holds no rows.
+
+        Only footers are read (a few KB per file), never data, so counting the files a merge
+        replaces costs milliseconds however large they are; remote footers are fetched a few
+        at a time.
+        """
+        if file_format not in ("parquet", "orc"):
+            raise ValueError(f"cannot count rows of {file_format!r} files")
+        qualified = {self.qualify(p): size for p, size in sizes.items()}
+        rows = {p: 0 for p, size in qualified.items() if size == 0}
+        todo = sorted(p for p, size in qualified.items() if size != 0)
+        if len(todo) <= FOOTER_THREADS:
+            rows.update((p, self.footer_rows(p, file_format)) for p in todo)
+        else:
+            with ThreadPoolExecutor(FOOTER_THREADS) as pool:
+                counted = pool.map(lambda p: self.footer_rows(p, file_format), todo)
+                rows.update(zip(todo, counted, strict=True))
+        return rows
 
     @abstractmethod
     def parquet_tail(self, path: str, size: int) -> bytes:
@@ -268,25 +288,9 @@ class HadoopStorage(Storage):
         finally:
             stream.close()
 
-    def count_rows(self, sizes: Mapping[str, int], file_format: str) -> dict[str, int]:
-        """Each file's row count from its footer, read by the JVM's Parquet/ORC readers.
-
-        Only footers are read (a few KB per file), never data, so counting the files a merge
-        replaces costs milliseconds however large they are. Footers of remote files are
-        fetched a few at a time; py4j gives each Python thread its own connection.
-        """
-        if file_format not in ("parquet", "orc"):
-            raise ValueError(f"cannot count rows of {file_format!r} files")
-        footer = self._parquet_rows if file_format == "parquet" else self._orc_rows
-        qualified = {self.qualify(p): size for p, size in sizes.items()}
-        rows = {p: 0 for p, size in qualified.items() if size == 0}
-        todo = sorted(p for p, size in qualified.items() if size != 0)
-        if len(todo) <= FOOTER_THREADS:
-            rows.update((p, footer(p)) for p in todo)
-        else:
-            with ThreadPoolExecutor(FOOTER_THREADS) as pool:
-                rows.update(zip(todo, pool.map(footer, todo), strict=True))
-        return rows
+    def footer_rows(self, path: str, file_format: str) -> int:
+        """By the JVM's Parquet/ORC readers (py4j gives each Python thread its own connection)."""
+        return self._parquet_rows(path) if file_format == "parquet" else self._orc_rows(path)
 
     def parquet_tail(self, path: str, size: int) -> bytes:
         local = local_path(self.qualify(path))

@@ -28,7 +28,6 @@ from __future__ import annotations
 import posixpath
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from threading import Lock
 from typing import Any
 from urllib.parse import quote, unquote
@@ -36,7 +35,6 @@ from urllib.parse import quote, unquote
 from pyarrow import fs as pafs
 
 from .storage import (
-    FOOTER_THREADS,
     FileInfo,
     Storage,
     create_local_if_absent,
@@ -285,17 +283,9 @@ class ArrowStorage(Storage):
         with fs.open_input_stream(p) as stream:
             return bytes(stream.read()).decode("utf-8")
 
-    def count_rows(self, sizes: Mapping[str, int], file_format: str) -> dict[str, int]:
-        """Each file's row count from its footer (pyarrow's Parquet/ORC readers; no data read)."""
-        if file_format not in ("parquet", "orc"):
-            raise ValueError(f"cannot count rows of {file_format!r} files")
-        qualified = {self.qualify(p): size for p, size in sizes.items()}
-        rows = {p: 0 for p, size in qualified.items() if size == 0}
-        todo = sorted(p for p, size in qualified.items() if size != 0)
-        count = self._parquet_rows if file_format == "parquet" else self._orc_rows
-        with ThreadPoolExecutor(max(1, min(FOOTER_THREADS, len(todo)))) as pool:
-            rows.update(zip(todo, pool.map(count, todo), strict=True))
-        return rows
+    def footer_rows(self, path: str, file_format: str) -> int:
+        """By pyarrow's Parquet/ORC readers (no data read)."""
+        return self._parquet_rows(path) if file_format == "parquet" else self._orc_rows(path)
 
     def _parquet_rows(self, path: str) -> int:
         import pyarrow.parquet as pq
