@@ -60,7 +60,7 @@ from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
-from .rewrite import OnePass, StagedFile, write_changes
+from .rewrite import KeptForFeed, OnePass, StagedFile, write_changes
 from .scan import (
     FileStats,
     ScanResult,
@@ -291,6 +291,8 @@ def _merge(
     scan: ScanResult | None = None
     staging = journal.stage()
     committed = False
+    # With a change feed, the data write keeps its join and inserts for the feed's rows.
+    kept = KeptForFeed() if commit.changes is not None else None
     try:
         written = None
         if one_pass:
@@ -304,7 +306,7 @@ def _merge(
             )
             with timed(metrics, "rewriteTimeMs"):
                 written = _write_one_pass(
-                    spark, plan, source, pruned, commit, files, staging, journal.storage
+                    spark, plan, source, pruned, commit, files, staging, journal.storage, kept
                 )
             metrics["onePass" if written is not None else "onePassFallback"] = 1
             if written is None:
@@ -324,6 +326,10 @@ def _merge(
                 )
                 with timed(metrics, "scanTimeMs"):
                     scan = find_touched_files(spark, plan, source, pruned)
+                if plan.not_matched_by_source:
+                    # It opened every file (the journal's statistics rule none out); only the
+                    # readers' row-group statistics skipped rows no clause can act on.
+                    scan.files_scanned = len(commit.snapshot)
                 if plan.spec.max_delete_fraction is not None:
                     check_deletes(plan, scan.matched_deleted + scan.nmbs_deleted, _table_rows(spark, plan))
             extra = " and writing inserts" if plan.not_matched else ""
@@ -331,7 +337,7 @@ def _merge(
             logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
             with timed(metrics, "rewriteTimeMs"):
                 staged, removed_rows = write_changes(
-                    spark, plan, source, pruned, scan, staging.data_dir, journal.storage
+                    spark, plan, source, pruned, scan, staging.data_dir, journal.storage, None, kept
                 )
         removed: list[FileStats] = scan.touched if scan else []
         _record_counts(metrics, scan, staged, removed, files)
@@ -345,7 +351,7 @@ def _merge(
         if commit.changes is not None:
             logger.info("rowmerge: %s: writing change feed rows to %s", target.name, commit.changes.name)
             with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
-                rows = change_rows(spark, plan, source, pruned, scan, staging.data_dir)
+                rows = change_rows(spark, plan, source, pruned, scan, staging.data_dir, kept)
                 if rows is not None:
                     feed = write_change_feed(spark, plan, rows, staging.cdf_dir, journal.storage, timestamp)
             fault_point("staged_cdf")
@@ -386,6 +392,8 @@ def _merge(
         return commit.version
     finally:
         release(scan)
+        if kept is not None:
+            kept.release()
         if not committed:
             journal.discard(staging)
 
@@ -399,6 +407,7 @@ def _write_one_pass(
     files: list[str],
     staging: Staging,
     storage: Storage,
+    kept: KeptForFeed | None,
 ) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
     """Rewrite every candidate file (and write the inserts) in one job, observing what the
     clauses did (see :func:`.scan.one_pass_applies`); None, with nothing left staged, unless
@@ -412,11 +421,13 @@ def _write_one_pass(
     )
     observed = OnePass()
     staged, removed_rows = write_changes(
-        spark, plan, source, pruned, candidates, staging.data_dir, storage, observed
+        spark, plan, source, pruned, candidates, staging.data_dir, storage, observed, kept
     )
     joined, updated, deleted, acted = observed.result()
     if acted != set(urls) or joined != sum(commit.skipping.rows[p] for p in files):
         storage.delete(staging.data_dir, recursive=True)
+        if kept is not None:
+            kept.release()  # the scan's write keeps its own
         return None
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)

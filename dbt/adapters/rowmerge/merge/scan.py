@@ -117,16 +117,23 @@ def one_pass_applies(
 def pruned_target(
     spark: SparkSession, plan: MergePlan, source: MaterializedSource, files: list[str] | None = None
 ) -> DataFrame:
-    """The target rows any source row could match (all rows if NOT MATCHED BY SOURCE acts).
+    """The target rows some clause could act on: rows a source row could match and, with NOT
+    MATCHED BY SOURCE clauses, rows one of their conditions holds for (every row if one has
+    no condition).
 
-    ``files``: the URL-encoded paths of the only files that can hold such rows (see
+    ``files``: the URL-encoded paths of the only files that can hold matched rows (see
     :class:`Skipping`); Spark lists no other file to a task.
+
+    The filter goes down to the Parquet/ORC reader, whose row-group statistics skip the
+    parts of files it rules out: a mirror of the table's latest orders (NOT MATCHED BY
+    SOURCE ``t.order >= ...``) reads those orders, not the table.
     """
     df = target_frame(spark, plan)
     if files is not None:
         # An empty IN list would still list (and open) every file; FALSE prunes the scan away.
         df = df.where(F.col(FILE).isin(files) if files else F.lit(False))
-    if plan.not_matched_by_source:
+    nmbs = [rc.condition for rc in plan.not_matched_by_source]
+    if any(c is None for c in nmbs):
         return df
     filters: list[Column] = []
     for tcol, stats in source.key_stats.items():
@@ -143,7 +150,10 @@ def pruned_target(
         filters.append(F.expr(conj))
     if not filters:
         return df
-    return aliased.where(reduce(lambda a, b: a & b, filters))
+    can_match = reduce(lambda a, b: a & b, filters)
+    # A NOT MATCHED BY SOURCE condition reads only the target: rows it is false or NULL for,
+    # and that no source row can match, are left as they are by every clause.
+    return aliased.where(reduce(lambda a, b: a | b, [c for c in nmbs if c is not None], can_match))
 
 
 @dataclass
