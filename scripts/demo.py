@@ -1,13 +1,14 @@
 """Run the integration dbt project end to end: one ``dbt build`` per batch, then the history.
 
-    python scripts/demo.py [--work-dir DIR] [--keep-going] [--connect]
+    python scripts/demo.py [--work-dir DIR] [--keep-going] [--connect] [--in-process]
 
 Wipes the work directory (default ``integration_project/target``), then for batch 0 (the
 first run: seeds loaded, every table created), 1 and 2 (row-level merges) runs
 ``dbt build --vars '{batch: N}'`` (seeds only in batch 0: they hold every batch), which runs
 each model and then the project's tests of it, streaming dbt's output; finally
 ``dbt run-operation rowmerge_history`` for orders_cdc. Every dbt invocation pays Spark's
-start-up once.
+start-up once; ``--in-process`` runs them all through dbt's Python API in this process
+instead, so Spark starts once (the tests on a cluster and through Connect use it).
 
 Everything the run writes goes under the work directory: dbt's target files and logs,
 Spark's warehouse and the Derby metastore (``ROWMERGE_DEMO_HOME``, read by profiles.yml).
@@ -51,11 +52,11 @@ def dbt_executable() -> str:
 
 
 def run_dbt(
-    dbt: str, args: list[str], work_dir: Path, env: dict[str, str], lines: list[str] | None = None
+    dbt: str | None, args: list[str], work_dir: Path, env: dict[str, str], lines: list[str] | None = None
 ) -> int:
-    """Run one dbt command against the integration project, streaming its output (kept in ``lines``)."""
-    cmd = [
-        dbt,
+    """Run one dbt command against the integration project, streaming its output (kept in
+    ``lines``); ``dbt`` None: in this process (see ``--in-process``)."""
+    flags = [
         *args,
         "--project-dir",
         str(PROJECT),
@@ -67,13 +68,17 @@ def run_dbt(
         str(work_dir / "logs"),
     ]
     if env.get("ROWMERGE_DEMO_TARGET"):
-        cmd += ["--target", env["ROWMERGE_DEMO_TARGET"]]
+        flags += ["--target", env["ROWMERGE_DEMO_TARGET"]]
     if not sys.stdout.isatty():
-        cmd.append("--no-use-colors")
+        flags.append("--no-use-colors")
     print(f"\n$ dbt {' '.join(args)}", flush=True)
     started = time.monotonic()
+    if dbt is None:
+        rc = _run_dbt_here(flags, lines)
+        print(f"[dbt {args[0]} exited {rc} after {time.monotonic() - started:.1f}s]", flush=True)
+        return rc
     with subprocess.Popen(
-        cmd,
+        [dbt, *flags],
         cwd=PROJECT,
         env=env,
         stdout=subprocess.PIPE,
@@ -90,6 +95,28 @@ def run_dbt(
         rc = proc.wait()
     print(f"[dbt {args[0]} exited {rc} after {time.monotonic() - started:.1f}s]", flush=True)
     return rc
+
+
+def _run_dbt_here(flags: list[str], lines: list[str] | None) -> int:
+    """One dbt command through dbt's Python API, in this process: its Spark session (and,
+    on a cluster, its executors) stays up for the next command. dbt prints its output
+    itself; the messages of its log events are also kept in ``lines``."""
+    from dbt.cli.main import dbtRunner
+
+    def keep(event: Any) -> None:
+        if lines is not None and event.info.msg:
+            lines.append(str(event.info.msg))
+
+    cwd = os.getcwd()
+    os.chdir(PROJECT)
+    try:
+        result = dbtRunner(callbacks=[keep]).invoke(flags)
+    finally:
+        os.chdir(cwd)
+    sys.stdout.flush()
+    if result.exception is not None:
+        print(f"dbt raised: {result.exception!r}", flush=True)
+    return 0 if result.success else 1
 
 
 def model_results(run_results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -146,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run the later batches even after a dbt command failed",
     )
     parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every dbt command in this process (one Spark start-up in all) instead of one "
+        "dbt process per command, as a user would",
+    )
+    parser.add_argument(
         "--connect",
         action="store_true",
         help="run through Spark Connect (a server started here unless ROWMERGE_CONNECT_URL is set)",
@@ -179,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
 def run_batches(args: argparse.Namespace, work_dir: Path, env: dict[str, str]) -> int:
     """Every batch, the --empty runs and the history; the summary; the exit code."""
     started = time.monotonic()
-    dbt = dbt_executable()
+    dbt = None if args.in_process else dbt_executable()
+    if dbt is None:
+        os.environ.update(env)  # what profiles.yml reads, for the dbt commands of this process
 
     summary: dict[str, Any] = {"work_dir": str(work_dir), "batches": [], "ok": True}
     for batch in BATCHES:

@@ -1,4 +1,4 @@
-"""(Run by test_connect_checks.py in a subprocess whose `spark` is a Spark Connect session:
+"""(Run by test_engine_third_over_connect.py in a subprocess whose `spark` is a Spark Connect session:
 PySpark switches a whole process to Connect once it made a Connect session, so no test
 process that also runs classic tests may make one.)
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def remote(spark):
     """The session of this process: a Spark Connect one (ROWMERGE_TEST_REMOTE)."""
-    assert is_connect(spark), "run through tests/connect/test_connect_checks.py"
+    assert is_connect(spark), "run through tests/connect/test_engine_third_over_connect.py"
     return spark
 
 

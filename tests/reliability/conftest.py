@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -30,10 +33,28 @@ def java_opts(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
 
     Dozens of victim JVMs start in a run; mapping the classes a merge loads from an archive
     (written by one warm-up merge at its exit) halves each start. If the archive cannot be
-    made or used, the JVM simply starts without it.
+    made or used, the JVM simply starts without it. The archive is made once per run: the
+    first pytest worker to need it writes it (under a file lock) into the run's temporary
+    folder, which every xdist worker shares; the others wait and use it.
     """
-    folder = tmp_path_factory.mktemp("cds")
-    archive = folder / "victim.jsa"
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = shared / "victim_cds"
+    folder.mkdir(exist_ok=True)
+    with (folder / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            archive = folder / "victim.jsa"
+            if not (folder / "done").exists():
+                _make_archive(spark, folder, archive)
+                (folder / "done").touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return f"{VICTIM_JAVA_OPTS} -XX:SharedArchiveFile={archive}" if archive.exists() else VICTIM_JAVA_OPTS
+
+
+def _make_archive(spark: SparkSession, folder: Path, archive: Path) -> None:
+    """One warm-up merge in a victim whose JVM writes the classes it loaded to ``archive``."""
     db = "cds_" + uuid.uuid4().hex[:8]
     spark.sql(f"CREATE DATABASE {db}")
     try:
@@ -45,4 +66,3 @@ def java_opts(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
         assert proc.returncode == 0, proc.stderr[-3000:]
     finally:
         spark.sql(f"DROP DATABASE IF EXISTS {db} CASCADE")
-    return f"{VICTIM_JAVA_OPTS} -XX:SharedArchiveFile={archive}" if archive.exists() else VICTIM_JAVA_OPTS

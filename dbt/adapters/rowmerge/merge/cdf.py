@@ -28,7 +28,7 @@ from pyspark.sql.utils import AnalysisException
 from .errors import MergeSpecError, UnsupportedTableError, spark_reason
 from .outputs import FILE, ROW, output_value, q, updates
 from .plan import MergePlan
-from .rewrite import KeptForFeed, StagedFile, TouchedJoin, inserted_rows, staged_files, touched_join
+from .rewrite import StagedFile, inserted_rows, staged_files, touched_join
 from .scan import ScanResult
 from .source import MaterializedSource
 from .sqltext import epoch_micros
@@ -123,17 +123,11 @@ def change_rows(
     target: DataFrame,
     scan: ScanResult | None,
     staged_data: str,
-    kept: KeptForFeed | None = None,
 ) -> DataFrame | None:
-    """Every change row of this merge (target columns + ``_change_type``), or None if none.
-
-    ``kept``: the data write's join and inserts, when it kept them; otherwise the touched
-    files are joined with the source again (and the inserts found again)."""
+    """Every change row of this merge (target columns + ``_change_type``), or None if none."""
     parts: list[DataFrame] = []
     if scan is not None and scan.touched:
-        touched = [f.path for f in scan.touched]
-        tj = kept.joined if kept is not None and kept.joined is not None else None
-        parts.append(_touched_changes(tj or touched_join(spark, plan, source, touched)))
+        parts.append(_touched_changes(spark, plan, source, [f.path for f in scan.touched]))
     fields = [f.name for f in plan.output_fields]
     if plan.not_matched and scan is None:
         # Insert-only: every row this merge wrote is an insert; read them back, small and exact.
@@ -145,19 +139,18 @@ def change_rows(
         )
         parts.append(written.select(*[F.col(q(n)) for n in fields], F.lit(INSERT).alias(CHANGE_TYPE)))
     elif plan.not_matched and scan is not None and scan.inserted > 0:
-        if kept is not None and kept.inserts is not None:
-            inserts = kept.inserts
-        else:
-            inserts = inserted_rows(plan, source, target, scan)
+        inserts = inserted_rows(plan, source, target, scan)
         parts.append(inserts.select(*[F.col(q(n)) for n in fields], F.lit(INSERT).alias(CHANGE_TYPE)))
     if not parts:
         return None
     return reduce(lambda a, b: a.unionByName(b), parts)
 
 
-def _touched_changes(tj: TouchedJoin) -> DataFrame:
+def _touched_changes(
+    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str]
+) -> DataFrame:
     """Pre/post images of acting updates and deleted rows of the touched files."""
-    plan = tj.plan
+    tj = touched_join(spark, plan, source, touched)
     m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
     updated, deleted = tj.acts("update"), tj.acts("delete")
 

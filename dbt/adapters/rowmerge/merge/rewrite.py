@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from functools import reduce
 from uuid import uuid4
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
@@ -47,10 +46,6 @@ _UPD, _DEL = PREFIX + "acts_update", PREFIX + "acts_delete"  # flags the one-pas
 
 # Inserts into an unpartitioned table go into files of about this many rows.
 ROWS_PER_INSERT_FILE = 1_000_000
-# The data write keeps its join and inserts for the change feed (see KeptForFeed) when the
-# files it rewrites hold at most this many bytes; past that, reading them again is cheaper
-# than caching them.
-KEEP_FOR_FEED_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -83,23 +78,6 @@ def touched_join(
         F.when(src, action_index(plan.matched)).otherwise(F.lit(NO_ACTION)),
         F.when(~src, action_index(plan.not_matched_by_source)).otherwise(F.lit(NO_ACTION)),
     )
-
-
-@dataclass
-class KeptForFeed:
-    """The data write's join of the touched files with the source, and its inserts, kept
-    (persisted as the write computes them) for the change feed: its rows then come from
-    what the write already read and joined, without opening a touched file or joining the
-    source again. :meth:`release` drops them."""
-
-    joined: TouchedJoin | None = None
-    inserts: DataFrame | None = None
-
-    def release(self) -> None:
-        for df in (self.joined.rows if self.joined else None, self.inserts):
-            if df is not None:
-                df.unpersist()
-        self.joined = self.inserts = None
 
 
 @dataclass
@@ -139,11 +117,10 @@ def rewritten_rows(
     source: MaterializedSource,
     touched: list[str],
     one_pass: OnePass | None = None,
-    tj: TouchedJoin | None = None,
 ) -> DataFrame:
     """All rows of the touched files after the merge (deleted rows dropped); ``one_pass``
-    observes the join on the way. ``tj``: that join, if already made (and kept)."""
-    tj = tj or touched_join(spark, plan, source, touched)
+    observes the join on the way."""
+    tj = touched_join(spark, plan, source, touched)
     m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
     acts = updates(plan, m_idx, b_idx)
     updated = [F.lit(False)] + [cond for cond, _ in acts.conditions] if plan.constraints else []
@@ -207,34 +184,23 @@ def write_changes(
     staging: str,
     storage: Storage,
     one_pass: OnePass | None = None,
-    keep: KeptForFeed | None = None,
 ) -> tuple[list[StagedFile], dict[str, int]]:
     """Write rewritten + inserted rows into ``staging``.
 
     Returns the non-empty files written and the row count of every touched file. With
     ``one_pass``, ``scan`` lists the candidate files (no scan ran): they are all rewritten,
     the inserts are found by an anti-join with ``target`` in the same job, and ``one_pass``
-    observes what the clauses did. ``keep`` (the change feed is on) receives the join and
-    the inserts, persisted by this write, unless the touched files exceed KEEP_FOR_FEED_BYTES.
+    observes what the clauses did.
     """
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
     touched = [f.path for f in scan.touched] if scan else []
-    if scan is None or sum(f.size for f in scan.touched) > KEEP_FOR_FEED_BYTES:
-        keep = None  # insert-only: the feed reads back the (new) files written
     if touched:
-        tj = None
-        if keep is not None:
-            tj = touched_join(spark, plan, source, touched)
-            tj = TouchedJoin(plan, tj.rows.persist(StorageLevel.MEMORY_AND_DISK), tj.matched_idx, tj.nmbs_idx)
-            keep.joined = tj
         # With the source broadcast, each task reads one touched file (or packs a few small
         # ones) and writes its replacement: file sizes stay near the table's own.
-        parts.append(rewritten_rows(spark, plan, source, touched, one_pass, tj))
+        parts.append(rewritten_rows(spark, plan, source, touched, one_pass))
     if plan.not_matched and (scan is None or scan.inserted > 0 or one_pass is not None):
         inserts = inserted_rows(plan, source, target, scan)
-        if keep is not None:
-            inserts = keep.inserts = inserts.persist(StorageLevel.MEMORY_AND_DISK)
         if pcols:
             inserts = inserts.repartition(
                 *[F.col(q(c)) for c in pcols]

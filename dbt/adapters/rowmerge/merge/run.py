@@ -60,7 +60,7 @@ from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
-from .rewrite import KeptForFeed, OnePass, StagedFile, write_changes
+from .rewrite import OnePass, StagedFile, write_changes
 from .scan import (
     FileStats,
     ScanResult,
@@ -291,8 +291,6 @@ def _merge(
     scan: ScanResult | None = None
     staging = journal.stage()
     committed = False
-    # With a change feed, the data write keeps its join and inserts for the feed's rows.
-    kept = KeptForFeed() if commit.changes is not None else None
     try:
         written = None
         if one_pass:
@@ -306,7 +304,7 @@ def _merge(
             )
             with timed(metrics, "rewriteTimeMs"):
                 written = _write_one_pass(
-                    spark, plan, source, pruned, commit, files, staging, journal.storage, kept
+                    spark, plan, source, pruned, commit, files, staging, journal.storage
                 )
             metrics["onePass" if written is not None else "onePassFallback"] = 1
             if written is None:
@@ -337,7 +335,7 @@ def _merge(
             logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
             with timed(metrics, "rewriteTimeMs"):
                 staged, removed_rows = write_changes(
-                    spark, plan, source, pruned, scan, staging.data_dir, journal.storage, None, kept
+                    spark, plan, source, pruned, scan, staging.data_dir, journal.storage
                 )
         removed: list[FileStats] = scan.touched if scan else []
         _record_counts(metrics, scan, staged, removed, files)
@@ -351,7 +349,7 @@ def _merge(
         if commit.changes is not None:
             logger.info("rowmerge: %s: writing change feed rows to %s", target.name, commit.changes.name)
             with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
-                rows = change_rows(spark, plan, source, pruned, scan, staging.data_dir, kept)
+                rows = change_rows(spark, plan, source, pruned, scan, staging.data_dir)
                 if rows is not None:
                     feed = write_change_feed(spark, plan, rows, staging.cdf_dir, journal.storage, timestamp)
             fault_point("staged_cdf")
@@ -392,8 +390,6 @@ def _merge(
         return commit.version
     finally:
         release(scan)
-        if kept is not None:
-            kept.release()
         if not committed:
             journal.discard(staging)
 
@@ -407,7 +403,6 @@ def _write_one_pass(
     files: list[str],
     staging: Staging,
     storage: Storage,
-    kept: KeptForFeed | None,
 ) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
     """Rewrite every candidate file (and write the inserts) in one job, observing what the
     clauses did (see :func:`.scan.one_pass_applies`); None, with nothing left staged, unless
@@ -421,13 +416,11 @@ def _write_one_pass(
     )
     observed = OnePass()
     staged, removed_rows = write_changes(
-        spark, plan, source, pruned, candidates, staging.data_dir, storage, observed, kept
+        spark, plan, source, pruned, candidates, staging.data_dir, storage, observed
     )
     joined, updated, deleted, acted = observed.result()
     if acted != set(urls) or joined != sum(commit.skipping.rows[p] for p in files):
         storage.delete(staging.data_dir, recursive=True)
-        if kept is not None:
-            kept.release()  # the scan's write keeps its own
         return None
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)
