@@ -22,7 +22,8 @@ def test_integration_project_on_a_standalone_cluster(
 ) -> None:
     env = {**os.environ, "ROWMERGE_SPARK_MASTER": standalone_cluster.master_url}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--in-process", "--work-dir", str(tmp_path / "demo")],
+        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--in-process"]
+        + ["--work-dir", str(tmp_path / "demo")],
         env=env,
         capture_output=True,
         text=True,

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_integration_project_through_spark_connect(tmp_path: Path) -> None:
     work = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--connect", "--in-process", "--work-dir", str(work)],
+        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--connect", "--in-process"]
+        + ["--work-dir", str(work)],
         capture_output=True,
         text=True,
         timeout=1800,

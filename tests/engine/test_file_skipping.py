@@ -168,6 +168,38 @@ def test_not_matched_by_source_reads_every_file(spark, db) -> None:
     assert [r[0] for r in rows(spark, t)] == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_not_matched_by_source_conditions_reach_rows_outside_the_source_key_range(
+    spark, db, partitioned: bool
+) -> None:
+    """The scan reads only rows a clause can act on: in the source's key range (3..4), or where
+    a NOT MATCHED BY SOURCE condition holds (id >= 6, or v = 'b' for the update). Rows far
+    from the source's keys that a condition selects are still deleted or updated; rows that
+    neither reaches (1, 5, NULL id) stay as they are."""
+    t = f"{db}.events"
+    files = [
+        [(1, "a", 1), (2, "b", 1)],
+        [(3, "c", 1), (4, "d", 1)],
+        [(5, "e", 2), (6, "f", 2)],
+        [(7, "g", 2), (None, "n", 2)],
+    ]
+    create_table(spark, t, "id long, v string, p int", files, partition_by=("p",) if partitioned else ())
+    src = source_view(spark, f"{db}_s", "id long, v string, p int", [(3, "C", 1), (4, "d", 1)])
+    clauses = [
+        *UPSERT,
+        {"when": "not_matched_by_source", "condition": "t.id >= 6", "action": "delete"},
+        {"when": "not_matched_by_source", "condition": "t.v = 'b'", "action": "update", "set": {"v": "'B'"}},
+    ]
+    result = merge(spark, t, src, clauses)
+    m = result.metrics
+    assert (m["numTargetRowsMatchedUpdated"], m["numTargetRowsNotMatchedBySourceDeleted"]) == (1, 2)
+    assert m["numTargetRowsNotMatchedBySourceUpdated"] == 1
+    assert m["numTargetFilesAfterSkipping"] == 4  # every file is opened; row groups are skipped
+    assert sorted(rows(spark, t), key=repr) == sorted(
+        [(1, "a", 1), (2, "B", 1), (3, "C", 1), (4, "d", 1), (5, "e", 2), (None, "n", 2)], key=repr
+    )
+
+
 def _search_cases() -> list[tuple[str, DataType, list[tuple[Any, Any]], list[Any]]]:
     """(name, type, file ranges (sorted, disjoint: one layer), probe values): extremes, bounds,
     gaps, odd strings."""
