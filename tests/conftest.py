@@ -64,16 +64,6 @@ def spark(spark_root: Path) -> Iterator[SparkSession]:
     session.stop()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests first (whole dbt projects, clusters, killed processes), the rest after.
-
-    ``make test`` hands whole files to its workers in collection order; a file of minutes
-    that starts last keeps one worker busy long after the other ran out of work. Started
-    first, the short files fill the gaps around them. The order is a stable sort, the same
-    in every worker (xdist requires it)."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Add up what the reliability suites recorded (``record_property("reliability", {...})``).
 
