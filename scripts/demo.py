@@ -206,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_batches(args, work_dir, env)
     finally:
+        if args.in_process:
+            # dbt's Connect session lives in this process: close it while its server is up.
+            from dbt.adapters.rowmerge.session import stop_remote_sessions
+
+            stop_remote_sessions()
         server.stop()
 
 

@@ -87,6 +87,18 @@ def _remote_session(url: str, parameters: Mapping[str, Any]) -> SparkSession:
     return session
 
 
+def stop_remote_sessions() -> None:
+    """Stop this process's Spark Connect sessions.
+
+    A process that runs dbt in-process and then stops its Connect server must call this
+    first: a client session still open when its server is gone retries the server at
+    interpreter exit, with back-off, for about ten minutes.
+    """
+    while _remote_sessions:
+        _, session = _remote_sessions.popitem()
+        session.stop()
+
+
 def connect_url(host: str, token: str | None = None, use_ssl: bool = False) -> str:
     """The Spark Connect URL of a profile: ``host`` (``sc://host:port``, parameters allowed)
     plus ``token`` and ``use_ssl`` as Connect's ``;name=value`` parameters."""
