@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import uuid
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -20,7 +22,62 @@ def create_table(
     partition_by: Sequence[str] = (),
     fmt: str = "parquet",
 ) -> None:
-    """Create ``name`` with one data file per inner list (per partition value, if partitioned)."""
+    """Create ``name`` (a managed table) with one data file per inner list (per partition value,
+    if partitioned), all written by Spark in one job.
+
+    One job writes every file into a scratch folder inside the table's, partitioned by the
+    file's index (and by the table's partition columns), then each file is moved into place:
+    the same files a ``saveAsTable`` and one ``insertInto`` per file would leave, for one job
+    instead of one per file (engine tests build hundreds of tables).
+    """
+    if not files or any(not rows for rows in files):
+        _create_table_file_by_file(spark, name, schema, files, partition_by, fmt)
+        return
+    parts = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partition_by)})" if partition_by else ""
+    spark.sql(f"CREATE TABLE {name} ({schema}) USING {fmt}{parts}")
+    root = table_dir(spark, name)
+    columns = spark.createDataFrame([], schema).schema
+    data = [(*row, i) for i, rows in enumerate(files) for row in rows]
+    scratch = os.path.join(root, f"_scratch_{uuid.uuid4().hex}")
+    (
+        spark.createDataFrame(data, columns.add(FILE_INDEX, "integer"))
+        .coalesce(1)
+        .write.format(fmt)
+        .partitionBy(FILE_INDEX, *partition_by)
+        .save(scratch)
+    )
+    for folder, _, names in os.walk(scratch):
+        rel = os.path.relpath(folder, scratch).split(os.sep)
+        if not rel[0].startswith(FILE_INDEX + "="):
+            continue
+        index = int(rel[0].split("=", 1)[1])
+        dest = os.path.join(root, *rel[1:])
+        os.makedirs(dest, exist_ok=True)
+        for n in names:  # part-00000-<uuid>.c000.snappy.parquet and its hidden .crc
+            crc = n.startswith(".")
+            base = n[1:] if crc else n
+            if not base.startswith("part-"):
+                continue
+            moved = f"part-{index:05d}-{base.split('-', 2)[2]}"
+            os.rename(os.path.join(folder, n), os.path.join(dest, "." + moved if crc else moved))
+    shutil.rmtree(scratch)
+    if partition_by:
+        spark.sql(f"ALTER TABLE {name} RECOVER PARTITIONS")
+    spark.catalog.refreshTable(name)
+
+
+FILE_INDEX = "__file_index"
+
+
+def _create_table_file_by_file(
+    spark: SparkSession,
+    name: str,
+    schema: str,
+    files: Sequence[Sequence[tuple[Any, ...]]],
+    partition_by: Sequence[str],
+    fmt: str,
+) -> None:
+    """``saveAsTable`` then one ``insertInto`` per file (an empty list still writes a file)."""
     first = True
     for rows in files:
         df = spark.createDataFrame(list(rows), schema).coalesce(1)

@@ -37,6 +37,7 @@ from pyspark.sql.types import (
 
 from .sqltext import sql_string
 from .storage import Storage
+from .table import CHAR_VARCHAR_KEY
 
 # Like Delta's dataSkippingNumIndexedCols: statistics for the first this-many indexable columns.
 MAX_INDEXED_COLUMNS = 32
@@ -52,7 +53,7 @@ _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 def indexable(f: StructField) -> bool:
     """True if ``f``'s footer statistics compare exactly as Spark compares its values."""
     dtype = f.dataType
-    if "__CHAR_VARCHAR_TYPE_STRING" in (f.metadata or {}):
+    if CHAR_VARCHAR_KEY in (f.metadata or {}):
         return False  # CHAR(n) is padded on read: stored values are not what a query compares
     if isinstance(dtype, StringType):
         return getattr(dtype, "collation", "UTF8_BINARY") == "UTF8_BINARY"  # byte order, as footers

@@ -28,7 +28,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StringType, StructFi
 
 from .spec import Constraint, MergeSpec
 from .sqltext import shorten
-from .table import TargetTable
+from .table import CHAR_VARCHAR_KEY, TargetTable
 
 PREFIX = "__rowmerge_"
 SRC_PRESENT = PREFIX + "src"  # literal true on every source row: NULL after an outer join = no match
@@ -39,10 +39,6 @@ SIZE = PREFIX + "size"  # _metadata.file_size
 CAST_ERROR_MARK = "ROWMERGE_CAST_ERROR"
 CONSTRAINT_MARK = "ROWMERGE_CONSTRAINT"
 NO_ACTION = -1
-
-# Spark keeps a CHAR(n)/VARCHAR(n) column's declared type here; the schema says "string".
-CHAR_VARCHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
-
 
 def q(*parts: str) -> str:
     """Quote a (qualified) column name for F.col."""

@@ -169,9 +169,19 @@ class HadoopStorage(Storage):
         jvm: Any = spark._jvm  # type: ignore[attr-defined]
         self._jvm: Any = jvm
         self._conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+        # Resolved once: each step of ``jvm.org.apache...`` is a py4j round trip that searches
+        # the JVM's class loaders (about a millisecond each), and a merge makes dozens of paths.
+        self._path_class: Any = jvm.org.apache.hadoop.fs.Path
+        self._spark_path: Any = jvm.org.apache.spark.paths.SparkPath
+        self._io: Any = None
 
     def _path(self, path: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(path)
+        return self._path_class(path)
+
+    def _io_utils(self) -> Any:
+        if self._io is None:
+            self._io = self._jvm.org.apache.commons.io.IOUtils
+        return self._io
 
     def _fs(self, jpath: Any) -> Any:
         return jpath.getFileSystem(self._conf)
@@ -183,11 +193,11 @@ class HadoopStorage(Storage):
         return str(self._fs(jp).makeQualified(jp).toString())
 
     def from_spark_path(self, url: str) -> str:
-        sp = self._jvm.org.apache.spark.paths.SparkPath.fromUrlString(url)
+        sp = self._spark_path.fromUrlString(url)
         return self.qualify(str(sp.toPath().toString()))
 
     def to_spark_path(self, path: str) -> str:
-        return str(self._jvm.org.apache.spark.paths.SparkPath.fromPath(self._path(path)).urlEncoded())
+        return str(self._spark_path.fromPath(self._path(path)).urlEncoded())
 
     def status(self, path: str) -> FileInfo | None:
         jp = self._path(path)
@@ -284,13 +294,21 @@ class HadoopStorage(Storage):
         jp = self._path(path)
         stream = self._fs(jp).open(jp)
         try:
-            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            return str(self._io_utils().toString(stream, "UTF-8"))
         finally:
             stream.close()
 
     def footer_rows(self, path: str, file_format: str) -> int:
-        """By the JVM's Parquet/ORC readers (py4j gives each Python thread its own connection)."""
-        return self._parquet_rows(path) if file_format == "parquet" else self._orc_rows(path)
+        """A local Parquet file's by pyarrow, here (no py4j round trips); others by the JVM's
+        Parquet/ORC readers (py4j gives each Python thread its own connection)."""
+        if file_format == "parquet":
+            local = local_path(self.qualify(path))
+            if local is not None:
+                import pyarrow.parquet as pq
+
+                return int(pq.ParquetFile(local).metadata.num_rows)
+            return self._parquet_rows(path)
+        return self._orc_rows(path)
 
     def parquet_tail(self, path: str, size: int) -> bytes:
         local = local_path(self.qualify(path))
@@ -299,7 +317,7 @@ class HadoopStorage(Storage):
                 return read_parquet_tail(size, lambda pos, n: (fh.seek(pos), fh.read(n))[1])
         jp = self._path(path)
         stream = self._fs(jp).open(jp)
-        io = self._jvm.org.apache.commons.io.IOUtils
+        io = self._io_utils()
 
         def read(pos: int, n: int) -> bytes:
             stream.seek(pos)

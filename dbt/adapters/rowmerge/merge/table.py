@@ -28,6 +28,8 @@ LAKEHOUSE_FORMATS = ("delta", "iceberg", "hudi")
 # A change table's partition column: each commit's change rows are one partition of it,
 # written by the journal entry that commits them (so it is named here, below both).
 COMMIT_VERSION = "_commit_version"
+# Spark keeps a CHAR(n)/VARCHAR(n) column's declared type here; the schema says "string".
+CHAR_VARCHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
 
 
 def sql_name(name: str) -> str:
@@ -192,13 +194,17 @@ def create_table_at(
 
 
 def create_changes_table(spark: SparkSession, name: str, schema: StructType) -> None:
-    """Create the change table ``name`` (empty, partitioned by commit version) unless it exists."""
-    (
-        spark.createDataFrame([], schema)
-        .write.format("parquet")
-        .partitionBy(COMMIT_VERSION)
-        .mode("ignore")
-        .saveAsTable(sql_name(name))
+    """Create the change table ``name`` (empty, partitioned by commit version) unless it exists.
+
+    A catalog statement, not an empty write: no Spark job. CHAR/VARCHAR columns keep their
+    declared type, as the target has it.
+    """
+    columns = [
+        (f.name, str(f.metadata.get(CHAR_VARCHAR_KEY) or sql_type(f.dataType))) for f in schema.fields
+    ]
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {sql_name(name)} ({_column_list(columns)}) USING parquet "
+        f"PARTITIONED BY ({quote(COMMIT_VERSION)})"
     )
 
 
