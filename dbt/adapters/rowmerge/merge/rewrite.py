@@ -161,7 +161,7 @@ def inserted_rows(
         # the target is not shuffled; then the source minus those ids.
         matched = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "inner")
         matched_ids = matched.select(F.col(f"`{plan.sa}`.`{SRC_ID}`").alias(SRC_ID))
-        unmatched = source.df.join(matched_ids, SRC_ID, "left_anti").alias(plan.sa)
+        unmatched = source.unmatched(matched_ids).alias(plan.sa)
     nm_idx = action_index(plan.not_matched)
     inserted = unmatched.where(nm_idx != NO_ACTION).select(*insert_values(plan, nm_idx))
     return enforce_constraints(plan, inserted)

@@ -235,7 +235,7 @@ def find_touched_files(
         # The insert candidates (source rows no target row matched) are counted in the same
         # job, as one more row of the result (f NULL).
         matched_ids = classified.where(F.col("pair") == 1).select(F.col("sid").alias(SRC_ID))
-        result.insert_source = source.df.join(matched_ids, SRC_ID, "left_anti")
+        result.insert_source = source.unmatched(matched_ids)
         nm_idx = action_index(plan.not_matched)
         inserts = (
             result.insert_source.alias(plan.sa).where(nm_idx != NO_ACTION).agg(F.count(F.lit(1)).alias("ins"))

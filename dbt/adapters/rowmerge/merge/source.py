@@ -56,6 +56,16 @@ class MaterializedSource:
         """The source as the build side of a join (broadcast when small)."""
         return F.broadcast(self.df) if self.broadcastable else self.df
 
+    def unmatched(self, matched_ids: DataFrame) -> DataFrame:
+        """The source rows whose ``SRC_ID`` is not among ``matched_ids``.
+
+        The ids are at most as many as the source's rows: broadcast them when the source is
+        small enough to broadcast, so the anti-join shuffles nothing (with adaptive execution
+        each shuffle is a job of its own, and a small merge pays for jobs, not rows).
+        """
+        ids = F.broadcast(matched_ids) if self.broadcastable else matched_ids
+        return self.df.join(ids, SRC_ID, "left_anti")
+
 
 def _prunable(dtype: DataType) -> bool:
     return isinstance(
