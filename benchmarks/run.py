@@ -66,7 +66,11 @@ def spark_session(work: Path, driver_memory: str) -> SparkSession:
             "spark.hadoop.javax.jdo.option.ConnectionURL",
             f"jdbc:derby:;databaseName={work / 'metastore_db'};create=true",
         )
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={work}")
+        # BENCH_JAVA_OPTS: extra driver JVM options, e.g. a Flight Recorder profile of a run.
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Dderby.system.home={work} {os.environ.get('BENCH_JAVA_OPTS', '')}".strip(),
+        )
         .enableHiveSupport()
     )
     spark = builder.getOrCreate()

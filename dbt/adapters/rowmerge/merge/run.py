@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -292,66 +293,78 @@ def _merge(
     staging = journal.stage()
     committed = False
     try:
-        written = None
-        if one_pass:
-            assert files is not None and urls is not None and commit.skipping is not None
-            logger.info(
-                "rowmerge: %s: %d source rows; rewriting %d of %d files in one pass",
-                target.name,
-                source.num_rows,
-                len(files),
-                len(commit.snapshot),
-            )
-            with timed(metrics, "rewriteTimeMs"):
-                written = _write_one_pass(
-                    spark, plan, source, pruned, commit, files, staging, journal.storage
-                )
-            metrics["onePass" if written is not None else "onePassFallback"] = 1
-            if written is None:
-                logger.info("rowmerge: %s: not every candidate file was touched; scanning", target.name)
-        if written is not None:
-            scan, staged, removed_rows = written
-        else:
-            # No candidate file: no target row can match (statistics rule every file out), so
-            # the merge is insert-only and needs no scan.
-            if (plan.matched or plan.not_matched_by_source) and files != []:
+        # The change feed's rows depend only on which files the merge rewrites and on the
+        # source, not on the data files it writes: its job runs beside the data write's (a
+        # small merge pays for each job's latency, a large one keeps both cores busy).
+        with _FeedWriter(spark, plan, source, pruned, staging, journal.storage, commit) as feed_writer:
+            written = None
+            if one_pass:
+                assert files is not None and urls is not None and commit.skipping is not None
                 logger.info(
-                    "rowmerge: %s: %d source rows; scanning %d of %d files",
+                    "rowmerge: %s: %d source rows; rewriting %d of %d files in one pass",
                     target.name,
                     source.num_rows,
-                    len(files) if files is not None else len(commit.snapshot),
+                    len(files),
                     len(commit.snapshot),
                 )
-                with timed(metrics, "scanTimeMs"):
-                    scan = find_touched_files(spark, plan, source, pruned)
-                if plan.not_matched_by_source:
-                    # It opened every file (the journal's statistics rule none out); only the
-                    # readers' row-group statistics skipped rows no clause can act on.
-                    scan.files_scanned = len(commit.snapshot)
-                if plan.spec.max_delete_fraction is not None:
-                    check_deletes(plan, scan.matched_deleted + scan.nmbs_deleted, _table_rows(spark, plan))
-            extra = " and writing inserts" if plan.not_matched else ""
-            touched = len(scan.touched) if scan else 0
-            logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
-            with timed(metrics, "rewriteTimeMs"):
-                staged, removed_rows = write_changes(
-                    spark, plan, source, pruned, scan, staging.data_dir, journal.storage
+                pairs = sorted(zip(urls, files, strict=True))
+                candidates = ScanResult(
+                    touched=[FileStats(u, commit.snapshot[p].size) for u, p in pairs],
+                    files_scanned=len(files),
                 )
+                feed_writer.start(candidates, inserts=bool(plan.not_matched))
+                with timed(metrics, "rewriteTimeMs"):
+                    written = _write_one_pass(
+                        spark, plan, source, pruned, candidates, files, commit, staging, journal.storage
+                    )
+                metrics["onePass" if written is not None else "onePassFallback"] = 1
+                if written is None:
+                    logger.info("rowmerge: %s: not every candidate file was touched; scanning", target.name)
+                    feed_writer.discard()
+            if written is not None:
+                scan, staged, removed_rows = written
+            else:
+                # No candidate file: no target row can match (statistics rule every file out),
+                # so the merge is insert-only and needs no scan.
+                if (plan.matched or plan.not_matched_by_source) and files != []:
+                    logger.info(
+                        "rowmerge: %s: %d source rows; scanning %d of %d files",
+                        target.name,
+                        source.num_rows,
+                        len(files) if files is not None else len(commit.snapshot),
+                        len(commit.snapshot),
+                    )
+                    with timed(metrics, "scanTimeMs"):
+                        scan = find_touched_files(spark, plan, source, pruned)
+                    if plan.not_matched_by_source:
+                        # It opened every file (the journal's statistics rule none out); only the
+                        # readers' row-group statistics skipped rows no clause can act on.
+                        scan.files_scanned = len(commit.snapshot)
+                    if plan.spec.max_delete_fraction is not None:
+                        deleted = scan.matched_deleted + scan.nmbs_deleted
+                        check_deletes(plan, deleted, _table_rows(spark, plan))
+                if scan is not None and (scan.touched or scan.inserted > 0):
+                    feed_writer.start(scan, inserts=scan.inserted > 0)
+                extra = " and writing inserts" if plan.not_matched else ""
+                touched = len(scan.touched) if scan else 0
+                logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
+                with timed(metrics, "rewriteTimeMs"):
+                    staged, removed_rows = write_changes(
+                        spark, plan, source, pruned, scan, staging.data_dir, journal.storage
+                    )
+            if commit.changes is not None and (staged or scan is not None):
+                logger.info(
+                    "rowmerge: %s: writing change feed rows to %s", target.name, commit.changes.name
+                )
+            with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
+                feed = feed_writer.finish(scan, staged)
         removed: list[FileStats] = scan.touched if scan else []
         _record_counts(metrics, scan, staged, removed, files)
         if not staged and not removed:
             logger.info("rowmerge: %s: nothing to change", target.name)
             return commit.version - 1
         fault_point("staged_data")
-
-        timestamp = commit.time
-        feed: list[StagedFile] = []
         if commit.changes is not None:
-            logger.info("rowmerge: %s: writing change feed rows to %s", target.name, commit.changes.name)
-            with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
-                rows = change_rows(spark, plan, source, pruned, scan, staging.data_dir)
-                if rows is not None:
-                    feed = write_change_feed(spark, plan, rows, staging.cdf_dir, journal.storage, timestamp)
             fault_point("staged_cdf")
         metrics["numTargetChangeFilesAdded"] = len(feed)
 
@@ -399,32 +412,101 @@ def _write_one_pass(
     plan: MergePlan,
     source: MaterializedSource,
     pruned: DataFrame,
-    commit: Commit,
+    candidates: ScanResult,
     files: list[str],
+    commit: Commit,
     staging: Staging,
     storage: Storage,
 ) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
-    """Rewrite every candidate file (and write the inserts) in one job, observing what the
-    clauses did (see :func:`.scan.one_pass_applies`); None, with nothing left staged, unless
-    every candidate was acted on and every target row met at most one source row: then the
-    scan must decide."""
+    """Rewrite every candidate file (``candidates.touched``, the URLs of ``files``) and write
+    the inserts in one job, observing what the clauses did (see
+    :func:`.scan.one_pass_applies`); None, with nothing left staged, unless every candidate
+    was acted on and every target row met at most one source row: then the scan must
+    decide."""
     assert commit.skipping is not None
-    urls = {storage.to_spark_path(p): p for p in files}
-    candidates = ScanResult(
-        touched=[FileStats(u, commit.snapshot[p].size) for u, p in sorted(urls.items())],
-        files_scanned=len(files),
-    )
     observed = OnePass()
     staged, removed_rows = write_changes(
         spark, plan, source, pruned, candidates, staging.data_dir, storage, observed
     )
     joined, updated, deleted, acted = observed.result()
-    if acted != set(urls) or joined != sum(commit.skipping.rows[p] for p in files):
+    if acted != {f.path for f in candidates.touched} or joined != sum(commit.skipping.rows[p] for p in files):
         storage.delete(staging.data_dir, recursive=True)
         return None
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)
     return candidates, staged, removed_rows
+
+
+class _FeedWriter:
+    """Writes the change feed's files into the commit's staging folder beside the data write.
+
+    :meth:`start` submits the feed's job to a thread as soon as the files the merge rewrites
+    are known; :meth:`finish` returns its files (or, for an insert-only merge, whose feed rows
+    are exactly the rows the data write wrote, writes them then). Leaving the ``with`` block
+    waits for a job still running, so nothing writes into the staging folder after the merge
+    removed it.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        plan: MergePlan,
+        source: MaterializedSource,
+        pruned: DataFrame,
+        staging: Staging,
+        storage: Storage,
+        commit: Commit,
+    ) -> None:
+        self.spark, self.plan, self.source, self.pruned = spark, plan, source, pruned
+        self.staging, self.storage, self.commit = staging, storage, commit
+        self.pool: ThreadPoolExecutor | None = None
+        self.future: Future[list[StagedFile]] | None = None
+
+    def __enter__(self) -> _FeedWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _write(self, scan: ScanResult | None, inserts: bool | None) -> list[StagedFile]:
+        rows = change_rows(
+            self.spark, self.plan, self.source, self.pruned, scan, self.staging.data_dir, inserts
+        )
+        if rows is None:
+            return []
+        return write_change_feed(
+            self.spark, self.plan, rows, self.staging.cdf_dir, self.storage, self.commit.time
+        )
+
+    def start(self, scan: ScanResult, inserts: bool) -> None:
+        """Start writing the feed of a merge that rewrites ``scan.touched`` (and, with
+        ``inserts``, inserts the source rows no target row matched)."""
+        if self.commit.changes is None:
+            return
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="rowmerge-feed")
+        self.future = self.pool.submit(self._write, scan, inserts)
+
+    def discard(self) -> None:
+        """Drop what :meth:`start` wrote (the one-pass write fell back to the scan)."""
+        if self.future is not None:
+            try:
+                self.future.result()
+            except Exception:  # its rows are not used: the scan decides again
+                pass
+            self.future = None
+            self.storage.delete(self.staging.cdf_dir, recursive=True)
+
+    def finish(self, scan: ScanResult | None, staged: list[StagedFile]) -> list[StagedFile]:
+        """The feed's files, once written."""
+        if self.commit.changes is None:
+            return []
+        if self.future is not None:
+            return self.future.result()
+        if scan is None and staged:  # insert-only: read back what the data write wrote
+            return self._write(None, None)
+        return []
 
 
 def _table_rows(spark: SparkSession, plan: MergePlan) -> int:
