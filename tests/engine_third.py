@@ -1,9 +1,10 @@
-"""A representative third of the engine suite, rerun elsewhere: through Spark Connect
-(tests/connect; ROWMERGE_TEST_MASTER=spark://... runs it on a cluster): 149 of the 520 engine tests. Every
+"""A representative third of the engine suite, rerun elsewhere: on a standalone cluster
+(tests/cluster) and through Spark Connect (tests/connect): 155 of the 522 engine tests. Every
 clause kind, NULL semantics, `on` shapes, file skipping, the one-pass rewrite, unchanged rows,
 the change feed, partitioned tables, schema evolution and casts, quoted identifiers,
-cardinality errors and configuration errors; run in a subprocess whose `spark` fixture
-(tests/conftest.py) points at the cluster or the Connect server."""
+cardinality errors, configuration errors and Hive-serde tables; run in a subprocess whose
+`spark` fixture (tests/conftest.py) points at the cluster (ROWMERGE_TEST_MASTER) or at the
+Connect server (ROWMERGE_TEST_REMOTE)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ MODULES = [
     "tests/engine/test_one_pass.py",
     "tests/engine/test_skip_unchanged.py",
     "tests/engine/test_identifiers.py",
+    "tests/engine/test_table_kinds.py",
 ]
 
 

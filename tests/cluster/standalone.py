@@ -12,6 +12,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from scripts.connect_server import SPARK_HOME, free_port
 
@@ -59,13 +60,22 @@ class StandaloneCluster:
         self._wait_for_workers()
         return self
 
-    def alive_workers(self) -> int:
+    def _state(self) -> dict[str, Any]:
+        """The master's view of the cluster (its web UI's JSON), empty if it does not answer."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
-                state = json.load(r)
+                state: dict[str, Any] = json.load(r)
         except OSError:
-            return 0
-        return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+            return {}
+        return state
+
+    def alive_workers(self) -> int:
+        return sum(1 for w in self._state().get("workers", []) if w.get("state") == "ALIVE")
+
+    def applications(self) -> int:
+        """Applications (drivers) that have registered with the master so far, running or ended."""
+        state = self._state()
+        return len(state.get("activeapps", [])) + len(state.get("completedapps", []))
 
     def _wait_for_workers(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -30,4 +30,4 @@ def test_engine_third_and_connect_checks_through_spark_connect(
         NOT_ON_CONNECT,
         [*MODULES, CONNECT_CHECKS],
     )
-    assert passed >= 148 + 8, out[-3000:]
+    assert passed >= 154 + 8, out[-3000:]

@@ -59,3 +59,21 @@ def test_table_kind_hive_serde_orc_partitioned_table(spark, db):
     assert partitions(spark, t) == ["p=1", "p=2", "p=7"]
     assert kept_files(before, file_snapshot(spark, t)) == untouched
     assert [r.id for r in spark.sql(f"SELECT id FROM {t} WHERE p = 7").collect()] == [5]
+
+
+def test_table_kind_hive_serde_parquet_partitioned_table_all_three_clause_kinds(spark, db):
+    """A partitioned Hive-serde table: an update, an unchanged update, an insert into a new
+    partition and a NOT MATCHED BY SOURCE delete (also run on a standalone cluster by
+    tests/cluster, through tests/engine_third.py)."""
+    t = f"{db}.h"
+    spark.sql(f"CREATE TABLE {t} (id bigint, s string) PARTITIONED BY (p int) STORED AS PARQUET")
+    spark.sql(f"INSERT INTO {t} PARTITION (p = 1) SELECT /*+ COALESCE(1) */ * FROM VALUES (1, 'a'), (2, 'b')")
+    spark.sql(f"INSERT INTO {t} PARTITION (p = 2) SELECT /*+ COALESCE(1) */ * FROM VALUES (3, 'c'), (5, 'e')")
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, s string, p int", [(1, "A", 1), (4, "D", 3), (3, "c", 2)])
+    nmbs_delete = {"when": "not_matched_by_source", "condition": "t.p = 2", "action": "delete"}
+    result = merge(spark, t, src, [*UPSERT, nmbs_delete])
+    assert rows(spark, t) == [(1, "A", 1), (2, "b", 1), (3, "c", 2), (4, "D", 3)]
+    assert partitions(spark, t) == ["p=1", "p=2", "p=3"]
+    # id 1 updated, id 5 deleted (two files rewritten); id 3 is an unchanged update.
+    assert result.summary() == f"MERGE 1 updated, 1 inserted, 1 deleted; 2 of {len(before)} files rewritten"

@@ -29,7 +29,7 @@ from dbt.adapters.rowmerge.merge.journal import Journal
 from dbt.adapters.rowmerge.merge.storage import STORAGE_CONF, HadoopStorage
 from dbt.adapters.rowmerge.merge.table import describe_table, register_partitions, sql_name
 from tests.engine.helpers import create_table
-from tests.reliability.victim import STORAGE_ENV
+from tests.reliability.victim import MASTER_ENV, STORAGE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT_EXIT = 137
@@ -353,15 +353,23 @@ BEFORE_COMMIT = ("staged_data", "staged_cdf")
 
 
 def run_fault_injection(
-    spark: SparkSession, db: str, tmp_path: Path, java_opts: str, shape: Shape
+    spark: SparkSession,
+    db: str,
+    tmp_path: Path,
+    java_opts: str,
+    shape: Shape,
+    victim_master: str | None = None,
 ) -> dict[str, int]:
     """Kill a victim after every step of the commit protocol in turn; check each recovery.
 
     Returns the counts for the report: trials, and rows lost / duplicated (asserted 0).
     Victims use the storage of ``spark.rowmerge.storage`` in the test's session (Hadoop's
-    unless a test sets it), so do the recoveries.
+    unless a test sets it), so do the recoveries. ``victim_master``: where the victims run
+    their jobs (a standalone cluster's ``spark://`` URL; their own ``local[1]`` if None).
     """
-    storage = {STORAGE_ENV: str(spark.conf.get(STORAGE_CONF, "auto"))}
+    setup = {STORAGE_ENV: str(spark.conf.get(STORAGE_CONF, "auto"))}
+    if victim_master:
+        setup[MASTER_ENV] = victim_master
 
     expected = expected_states(spark, db, shape)
 
@@ -370,7 +378,7 @@ def run_fault_injection(
     trace = tmp_path / "trace.txt"
     proc = run_victim(
         write_job(tmp_path / "trace.json", job(shape, table, tmp_path)),
-        victim_env(java_opts, ROWMERGE_FAULT_TRACE=str(trace), **storage),
+        victim_env(java_opts, ROWMERGE_FAULT_TRACE=str(trace), **setup),
     )
     assert proc.returncode == 0 and (result_line(proc.stdout) or {}).get("ok"), proc.stderr[-3000:]
     steps = trace.read_text().split()
@@ -390,7 +398,7 @@ def run_fault_injection(
         victim = subprocess.Popen(
             victim_command("once", write_job(tmp_path / f"job_{i}.json", job(shape, table, tmp_path))),
             cwd=REPO,
-            env=victim_env(java_opts, ROWMERGE_FAULT_AFTER=step, **storage),
+            env=victim_env(java_opts, ROWMERGE_FAULT_AFTER=step, **setup),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -58,6 +58,12 @@ def session(root: str) -> SparkSession:
     opts = os.environ.get(JAVA_OPTS_ENV)
     if opts:
         builder = builder.config("spark.driver.extraJavaOptions", opts)
+    if os.environ.get(MASTER_ENV):
+        # On a cluster: one executor (a separate JVM on a worker) is enough for a tiny merge,
+        # and each victim waits for its executors to start before its first job.
+        builder = builder.config("spark.cores.max", "1")
+        if opts:
+            builder = builder.config("spark.executor.extraJavaOptions", opts)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
