@@ -18,6 +18,7 @@ import pytest
 from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeSpecError, recover
 from dbt.adapters.rowmerge.merge import journal as journal_module
 from dbt.adapters.rowmerge.merge import run as run_module
+from dbt.adapters.rowmerge.merge.errors import UnsupportedTableError
 from dbt.adapters.rowmerge.merge.storage import is_connect, storage_for
 from dbt.adapters.rowmerge.merge.storage_arrow import ArrowStorage
 from tests.engine.helpers import UPSERT, create_table, file_snapshot, merge, rows, source_view
@@ -98,6 +99,22 @@ def test_cardinality_error_leaves_the_table_as_it_was(remote, rdb, t):
         merge(remote, t, src, UPSERT)
     assert file_snapshot(remote, t) == before
     assert rows(remote, t) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+
+
+def test_hive_serde_target_is_refused_before_anything_is_written(remote, rdb):
+    """A Connect plan is analyzed in one pass, in which Spark cannot resolve `_metadata` on a
+    Hive-serde table: the merge says so and how to fix it, and changes nothing."""
+    h = f"{rdb}.h"
+    remote.sql(f"CREATE TABLE {h} (id bigint, v string) STORED AS PARQUET")
+    remote.sql(f"INSERT INTO {h} VALUES (1, 'a'), (2, 'b')")
+    before = file_snapshot(remote, h)
+    src = source_view(remote, f"{rdb}_s", "id long, v string", [(1, "A"), (3, "c")])
+    with pytest.raises(UnsupportedTableError) as err:
+        merge(remote, h, src, UPSERT)
+    assert f"MERGE target {h} is a Hive-serde table (STORED AS PARQUET)" in str(err.value)
+    assert "USING parquet" in str(err.value)
+    assert file_snapshot(remote, h) == before
+    assert rows(remote, h) == [(1, "a"), (2, "b")]
 
 
 def test_bad_clause_is_named_before_anything_is_written(remote, rdb, t):

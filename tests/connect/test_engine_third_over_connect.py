@@ -16,6 +16,13 @@ from tests.engine_third import MODULES, run_engine_third
 # CONNECT_INVALID_PLAN: a known gap of Connect mode (README, "Running on a cluster").
 NOT_ON_CONNECT = (
     "tests/engine/test_schema_and_casts.py::test_schema_read_fresh_when_another_session_added_a_column",
+    # Hive-serde targets are refused through Connect (a clear error, checked by
+    # connect_checks.test_hive_serde_target_is_refused_before_anything_is_written): Spark
+    # resolves `_metadata` on them only after analyzing the relation alone (README, "Running on
+    # a cluster").
+    "tests/engine/test_table_kinds.py::test_table_kind_hive_serde_parquet_table",
+    "tests/engine/test_table_kinds.py::test_table_kind_hive_serde_orc_partitioned_table",
+    "tests/engine/test_table_kinds.py::test_table_kind_hive_serde_parquet_partitioned_table_all_three_clause_kinds",
 )
 CONNECT_CHECKS = "tests/connect/connect_checks.py"
 
@@ -30,4 +37,4 @@ def test_engine_third_and_connect_checks_through_spark_connect(
         NOT_ON_CONNECT,
         [*MODULES, CONNECT_CHECKS],
     )
-    assert passed >= 154 + 8, out[-3000:]
+    assert passed >= 151 + 9, out[-3000:]

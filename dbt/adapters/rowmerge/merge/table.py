@@ -21,6 +21,7 @@ from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError, spark_reason
 from .sqltext import parse_name, quote, quote_name, sql_string, sql_type
+from .storage import is_connect
 
 SUPPORTED_FORMATS = ("parquet", "orc")
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -118,6 +119,16 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
         file_format = provider
     elif provider == "hive" and ("parquet" in serde or "orc" in serde):
         file_format = "parquet" if "parquet" in serde else "orc"
+        if is_connect(spark):
+            # Spark resolves `_metadata` on a Hive-serde table only once the table's relation
+            # was analyzed on its own (converted to a file relation); a Connect plan is
+            # analyzed in one pass, so the merge could not find the files its rows come from.
+            raise UnsupportedTableError(
+                f"MERGE target {name} is a Hive-serde table (STORED AS {file_format.upper()}); "
+                "through Spark Connect row_level_merge needs a data-source table. Recreate it "
+                f"with USING {file_format} (dbt-spark's file_format='{file_format}' does; "
+                "`dbt run --full-refresh` rebuilds the model), or merge in session mode."
+            )
     elif provider in LAKEHOUSE_FORMATS:
         raise UnsupportedTableError(
             f"MERGE target {name} is a {provider} table; use dbt-spark's own "
