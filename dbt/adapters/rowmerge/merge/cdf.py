@@ -123,20 +123,18 @@ def change_rows(
     target: DataFrame,
     scan: ScanResult | None,
     staged_data: str,
-    with_inserts: bool | None = None,
+    with_inserts: bool,
 ) -> DataFrame | None:
     """Every change row of this merge (target columns + ``_change_type``), or None if none.
 
     ``scan``: the rewritten files (None: an insert-only merge, whose rows are read back from
-    ``staged_data`` once written); ``with_inserts``: whether the merge inserts rows (None: if the
-    scan counted some).
+    ``staged_data`` once written); ``with_inserts``: whether a merge with a scan inserts the
+    source rows no target row matched.
     """
     parts: list[DataFrame] = []
     if scan is not None and scan.touched:
         parts.append(_touched_changes(spark, plan, source, [f.path for f in scan.touched]))
     fields = [f.name for f in plan.output_fields]
-    if with_inserts is None:
-        with_inserts = scan is None or scan.inserted > 0
     if plan.not_matched and scan is None:
         # Insert-only: every row this merge wrote is an insert; read them back, small and exact.
         written = (

@@ -469,7 +469,7 @@ class _FeedWriter:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def _write(self, scan: ScanResult | None, inserts: bool | None) -> list[StagedFile]:
+    def _write(self, scan: ScanResult | None, inserts: bool) -> list[StagedFile]:
         rows = change_rows(
             self.spark, self.plan, self.source, self.pruned, scan, self.staging.data_dir, inserts
         )
@@ -505,7 +505,7 @@ class _FeedWriter:
         if self.future is not None:
             return self.future.result()
         if scan is None and staged:  # insert-only: read back what the data write wrote
-            return self._write(None, None)
+            return self._write(None, inserts=True)
         return []
 
 
