@@ -35,6 +35,7 @@ class ConnectServer:
     root: Path
     master: str = "local[2]"
     conf: dict[str, str] = field(default_factory=dict)
+    java_opts: str = ""  # extra options of the server's JVM
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -56,7 +57,7 @@ class ConnectServer:
             "spark.hadoop.javax.jdo.option.ConnectionURL": (
                 f"jdbc:derby:;databaseName={root / 'metastore_db'};create=true"
             ),
-            "spark.driver.extraJavaOptions": f"-Dderby.system.home={root}",
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={root} {self.java_opts}".strip(),
             **self.conf,
         }
 

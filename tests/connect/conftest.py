@@ -13,11 +13,15 @@ from collections.abc import Iterator
 import pytest
 
 from scripts.connect_server import ConnectServer
+from tests.conftest import TEST_JAVA_OPTS, TEST_SQL_CONF
 
 
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    server = ConnectServer(tmp_path_factory.mktemp("connect")).start()
+    # The engine third's settings (tests/conftest.py), in the server that runs its queries.
+    server = ConnectServer(
+        tmp_path_factory.mktemp("connect"), conf=TEST_SQL_CONF, java_opts=TEST_JAVA_OPTS
+    ).start()
     try:
         yield server
     finally:
