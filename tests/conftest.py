@@ -8,6 +8,7 @@ other's tables. The session is the same one dbt's ``method: session`` cursor pic
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,6 +64,22 @@ def spark_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # Set by tests/connect and tests/cluster when they rerun engine test modules in a subprocess:
 # an sc:// URL makes `spark` a Spark Connect session to that server.
 REMOTE_ENV = "ROWMERGE_TEST_REMOTE"
+# Set by tests/cluster with ROWMERGE_TEST_MASTER: how many executors (separate JVMs on the
+# cluster's workers) the shared session must have before any test runs.
+EXECUTORS_ENV = "ROWMERGE_TEST_EXECUTORS"
+EXECUTORS_TIMEOUT_S = 120
+
+
+def wait_for_executors(session: SparkSession, expected: int) -> None:
+    """Until ``expected`` executors registered with the session's driver (so every test of the
+    run has its tasks on the cluster's JVMs, not some on the driver's); fails after a timeout
+    or if more registered."""
+    status = session.sparkContext._jsc.sc().getExecutorMemoryStatus()  # driver included
+    deadline = time.monotonic() + EXECUTORS_TIMEOUT_S
+    while status.size() - 1 < expected and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status = session.sparkContext._jsc.sc().getExecutorMemoryStatus()
+    assert status.size() - 1 == expected, f"{status.size() - 1} executors registered, expected {expected}"
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +94,8 @@ def spark(spark_root: Path) -> Iterator[SparkSession]:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    if os.environ.get(EXECUTORS_ENV):
+        wait_for_executors(session, int(os.environ[EXECUTORS_ENV]))
     yield session
     session.stop()
 

@@ -57,9 +57,11 @@ def test_integration_project_on_a_standalone_cluster(
 @pytest.mark.slow
 def test_engine_third_on_a_standalone_cluster(standalone_cluster: StandaloneCluster, tmp_path: Path) -> None:
     """tests/engine_third.py's modules in a subprocess whose shared session has the cluster
-    as its master (tests/conftest.py: ROWMERGE_TEST_MASTER)."""
+    as its master (tests/conftest.py: ROWMERGE_TEST_MASTER), with one executor on each worker
+    registered before the first test (ROWMERGE_TEST_EXECUTORS)."""
     apps = standalone_cluster.applications()
-    passed, out = run_engine_third({"ROWMERGE_TEST_MASTER": standalone_cluster.master_url}, tmp_path / "t")
+    env = {"ROWMERGE_TEST_MASTER": standalone_cluster.master_url, "ROWMERGE_TEST_EXECUTORS": "2"}
+    passed, out = run_engine_third(env, tmp_path / "t")
     assert passed >= 155, out[-3000:]
     assert standalone_cluster.applications() - apps == 1  # the subprocess's one shared session
     assert standalone_cluster.alive_workers() == 2

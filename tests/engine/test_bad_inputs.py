@@ -971,9 +971,11 @@ def env(spark: SparkSession) -> Iterator[Env]:
     for suffix, (ddl, data) in EXTRA_SOURCES.items():
         source_view(spark, f"{db}_src_{suffix}", ddl, data)
     yield Env(db, urlparse(location).path)
-    for view in spark.catalog.listTables():
-        if view.isTemporary and view.name.startswith(db):
-            spark.catalog.dropTempView(view.name)
+    # SHOW TABLES, not spark.catalog.listTables(): Spark cannot decode the latter's rows when
+    # it evaluates interpreted (tests/conftest.py: TEST_SQL_CONF)
+    for row in spark.sql("SHOW TABLES").collect():
+        if row.isTemporary and row.tableName.startswith(db):
+            spark.catalog.dropTempView(row.tableName)
     spark.sql(f"DROP DATABASE IF EXISTS {db} CASCADE")
 
 
