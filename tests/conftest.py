@@ -31,12 +31,13 @@ pytest_plugins = ["dbt.tests.fixtures.project"]
 # interpreted: spark.catalog.listTables() (use SHOW TABLES). ROWMERGE_TEST_CODEGEN=1 runs the
 # tests with Spark's defaults instead.
 CODEGEN_ENV = "ROWMERGE_TEST_CODEGEN"
+_SPARK_DEFAULTS = os.environ.get(CODEGEN_ENV) == "1"
 TEST_SQL_CONF = (
     {}
-    if os.environ.get(CODEGEN_ENV) == "1"
+    if _SPARK_DEFAULTS
     else {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 )
-TEST_JAVA_OPTS = "" if os.environ.get(CODEGEN_ENV) == "1" else "-XX:+UseSerialGC"
+TEST_JAVA_OPTS = "" if _SPARK_DEFAULTS else "-XX:+UseSerialGC"
 
 
 def spark_conf(root: Path) -> dict[str, str]:
@@ -78,12 +79,15 @@ def wait_for_executors(session: SparkSession, expected: int) -> None:
     """Until ``expected`` executors registered with the session's driver (so every test of the
     run has its tasks on the cluster's JVMs, not some on the driver's); fails after a timeout
     or if more registered."""
-    status = session.sparkContext._jsc.sc().getExecutorMemoryStatus()  # driver included
+
+    def registered() -> int:
+        return int(session.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1  # not the driver
+
     deadline = time.monotonic() + EXECUTORS_TIMEOUT_S
-    while status.size() - 1 < expected and time.monotonic() < deadline:
+    while registered() < expected and time.monotonic() < deadline:
         time.sleep(0.5)
-        status = session.sparkContext._jsc.sc().getExecutorMemoryStatus()
-    assert status.size() - 1 == expected, f"{status.size() - 1} executors registered, expected {expected}"
+    found = registered()
+    assert found == expected, f"{found} executors registered, expected {expected}"
 
 
 @pytest.fixture(scope="session")
