@@ -6,6 +6,7 @@ Layout (``_``-prefixed, so Spark, Hive, Trino and DuckDB never read it as data):
     <table>/_rowmerge_log/staging/<txn>/cdf/...    change-feed files, before the commit
     <table>/_rowmerge_log/<version>.json           the entry; creating it (create-if-absent) commits
     <table>/_rowmerge_log/<version>.applied        written once every step of the entry is done
+    <table>/_rowmerge_log/<version>.stats.json     file statistics as of that version (a cache)
     <table>/_rowmerge_log/lock/                    the writer lease (see ``lock``)
 
 Version 0 describes the table as dbt created it (or as the first merge found it). A merge
@@ -43,7 +44,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -76,6 +77,12 @@ DATA_DIR = "data"
 CDF_DIR = "cdf"
 ENTRY_SUFFIX = ".json"
 ENTRY_READ_THREADS = 8  # entries read at once when gathering file statistics
+# Every CHECKPOINT_INTERVAL versions, the file statistics folded from entries 0..v are saved
+# (see Journal.file_summaries), so a merge reads one checkpoint and the entries after it, not
+# every entry the table ever had.
+CHECKPOINT_SUFFIX = ".stats.json"
+CHECKPOINT_INTERVAL = 20
+CHECKPOINT_FORMAT = 1
 APPLIED_SUFFIX = ".applied"
 VERSION_DIGITS = 20
 ENTRY_FORMAT = 1
@@ -432,6 +439,14 @@ class Recovery:
 # -- the journal ----------------------------------------------------------------------------
 
 
+def _fold(files: dict[str, FileEntry], entry: Entry) -> None:
+    """Apply ``entry`` to ``files`` (path -> the entry of the file now at that path)."""
+    for f in entry.removed:
+        files.pop(f.path, None)
+    for f in entry.added:
+        files[f.path] = f
+
+
 @dataclass
 class Journal:
     """The journal of one table."""
@@ -455,6 +470,9 @@ class Journal:
 
     def applied_path(self, version: int) -> str:
         return f"{self.log_dir}/{version:0{VERSION_DIGITS}d}{APPLIED_SUFFIX}"
+
+    def checkpoint_path(self, version: int) -> str:
+        return f"{self.log_dir}/{version:0{VERSION_DIGITS}d}{CHECKPOINT_SUFFIX}"
 
     # -- reading ----------------------------------------------------------------------------
     def listing(self) -> tuple[list[int], set[int]]:
@@ -521,6 +539,7 @@ class Journal:
         files: Mapping[str, FileInfo],
         versions: Sequence[int] = (),
         pending: Sequence[Entry] = (),
+        save_checkpoint: bool = False,
     ) -> dict[str, FileSummary]:
         """A summary of every file of ``files`` (a listing), without opening the files the
         journal describes.
@@ -531,9 +550,12 @@ class Journal:
         Only files the journal does not know, or knows
         with another size (written by another engine, or before statistics were recorded),
         have their footers read.
+
+        The fold starts from the newest statistics checkpoint (see :meth:`_recorded_files`);
+        ``save_checkpoint`` (a merge, holding the lock) writes the one that is due.
         """
         fields = indexed_columns(target.schema.fields, target.partition_columns)
-        recorded = self._recorded_files(versions, pending)
+        recorded = self._recorded_files(versions, pending, save_checkpoint)
         out: dict[str, FileSummary] = {}
         for path, info in files.items():
             known = recorded.get(path)
@@ -546,30 +568,88 @@ class Journal:
             out.update(summarize_files(self.storage, missing, target.file_format, fields))
         return out
 
-    def _recorded_files(self, versions: Sequence[int], pending: Sequence[Entry]) -> dict[str, FileEntry]:
+    def _recorded_files(
+        self, versions: Sequence[int], pending: Sequence[Entry], save_checkpoint: bool = False
+    ) -> dict[str, FileEntry]:
         """The data files the entries of ``versions`` leave in place (path -> its entry).
 
+        Folding every entry makes a merge's cost grow with the table's history (an hourly
+        model has 720 versions after a month). So every CHECKPOINT_INTERVAL versions the fold
+        is saved, as Delta saves its checkpoints; the fold starts from the newest checkpoint
+        that is still valid and reads only the entries after it. A checkpoint is a cache: it
+        names the SHA-256 of the entry it was folded up to and is used only if that entry is
+        still the same file (a full refresh starts a new journal, whose entries differ), and
+        one that is missing, damaged or stale only costs reading the entries again.
         Entries are read a few at a time (each read is a round trip on object stores); one that
         cannot be read only costs the footers of the files it added.
         """
+        ordered = sorted(versions)
+        due = (ordered[-1] // CHECKPOINT_INTERVAL) * CHECKPOINT_INTERVAL if ordered else 0
+        out: dict[str, FileEntry] = {}
+        start = -1
+        # The newest checkpoint due, else the one before it (its writer may have failed).
+        for mark in (due, due - CHECKPOINT_INTERVAL):
+            if mark > 0 and mark in ordered:
+                loaded = self._read_checkpoint(mark)
+                if loaded is not None:
+                    out, start = loaded, mark
+                    break
 
-        def read(version: int) -> Entry | None:
+        def read(version: int) -> tuple[str, Entry] | None:
             try:
-                return self.read_entry(version)
+                text = self.storage.read_text(self.entry_path(version))
+                return text, Entry.parse(text, version)
             except Exception:  # noqa: BLE001 - statistics are an aid; recovery judges entries
                 return None
 
+        todo = [v for v in ordered if v > start]
         with ThreadPoolExecutor(max_workers=ENTRY_READ_THREADS) as pool:
-            entries = list(pool.map(read, sorted(versions)))
-        out: dict[str, FileEntry] = {}
-        for entry in [*entries, *pending]:
-            if entry is None:
+            read_entries = list(pool.map(read, todo))
+        complete = True  # every entry up to `due` was read (a checkpoint may be saved)
+        for version, got in zip(todo, read_entries, strict=True):
+            if got is None:
+                complete = complete and version > due
                 continue
-            for f in entry.removed:
-                out.pop(f.path, None)
-            for f in entry.added:
-                out[f.path] = f
+            _fold(out, got[1])
+            if version == due > 0 and save_checkpoint and start < due and complete:
+                self._save_checkpoint(due, got[0], out)
+        for entry in pending:
+            _fold(out, entry)
         return out
+
+    def _read_checkpoint(self, version: int) -> dict[str, FileEntry] | None:
+        """The fold saved for ``version``, if it is valid for this journal's entry ``version``."""
+        try:
+            raw = json.loads(self.storage.read_text(self.checkpoint_path(version)))
+            r = _Reader(raw if isinstance(raw, dict) else {})
+            if r.integer("format") != CHECKPOINT_FORMAT or r.integer("version") != version:
+                return None
+            entry_text = self.storage.read_text(self.entry_path(version))
+            if r.string("entry_sha256") != hashlib.sha256(entry_text.encode()).hexdigest():
+                return None  # folded from another journal's entries (before a full refresh)
+            return {f.path: f for f in r.files("files", staged=False)}
+        except Exception as exc:  # noqa: BLE001 - a cache: without it the entries are read
+            logger.debug("rowmerge: statistics checkpoint %d not used: %s", version, exc)
+            return None
+
+    def _save_checkpoint(self, version: int, entry_text: str, files: Mapping[str, FileEntry]) -> None:
+        """Save the fold up to ``version`` (best effort: a merge never fails for its cache)."""
+        text = json.dumps(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "version": version,
+                "entry_sha256": hashlib.sha256(entry_text.encode()).hexdigest(),
+                # Where a file was staged is its commit's business, not the statistics'.
+                "files": [replace(f, staged=None).as_json() for _, f in sorted(files.items())],
+            }
+        )
+        path = self.checkpoint_path(version)
+        try:
+            if not self.storage.create_if_absent(path, text):  # one that was not valid
+                self.storage.delete(path)
+                self.storage.create_if_absent(path, text)
+        except Exception as exc:  # noqa: BLE001
+            logger.debug("rowmerge: statistics checkpoint %d not saved: %s", version, exc)
 
     # -- validation (before the commit point, and before recovery touches anything) ---------
     def problems(self, entry: Entry, partition_columns: Sequence[str]) -> list[str]:

@@ -167,7 +167,7 @@ def _prepare(
     plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
     feed = parsed.change_data_feed and not dry
     changes = prepare_changes_table(spark, plan, journal.storage) if feed else None
-    summaries = _summaries(plan, journal, snapshot, versions, initial)
+    summaries = _summaries(plan, journal, snapshot, versions, initial, save_checkpoint=not dry)
     skipping = plan_skipping(plan, summaries) if summaries is not None else None
 
     logger.info("rowmerge: %s: materializing the source %s", target.name, parsed.source)
@@ -237,16 +237,18 @@ def _summaries(
     snapshot: dict[str, FileInfo],
     versions: list[int],
     initial: Entry | None,
+    save_checkpoint: bool,
 ) -> dict[str, FileSummary] | None:
     """Every file's statistics (from the journal), when some key column could use them to skip
-    files."""
+    files. ``save_checkpoint``: under the merge's lock, save the statistics checkpoint that is
+    due (a dry run writes nothing)."""
     target = plan.target
     if plan.not_matched_by_source or target.file_format != "parquet" or len(snapshot) > MAX_SKIPPING_FILES:
         return None
     parts = {c.lower() for c in target.partition_columns}
     if not any(t.lower() not in parts and indexable(target.field(t)) for t, _ in plan.key_pairs):
         return None
-    return journal.file_summaries(target, snapshot, versions, [initial] if initial else [])
+    return journal.file_summaries(target, snapshot, versions, [initial] if initial else [], save_checkpoint)
 
 
 def _recover(spark: SparkSession, journal: Journal, lock: TableLock, target: TargetTable) -> Recovery:
