@@ -498,11 +498,16 @@ class Journal:
 
     def read_entry(self, version: int) -> Entry:
         """The entry of ``version``; EntryInvalid if it cannot be read as one."""
+        return self._read_entry_text(version)[1]
+
+    def _read_entry_text(self, version: int) -> tuple[str, Entry]:
+        """The text of ``version``'s entry and the entry it holds (a statistics checkpoint names
+        the text's SHA-256)."""
         try:
             text = self.storage.read_text(self.entry_path(version))
         except UnicodeDecodeError as exc:
             raise EntryInvalid(f"is not UTF-8 text ({exc})") from None
-        return Entry.parse(text, version)
+        return text, Entry.parse(text, version)
 
     def entry(self, version: int, table: str) -> Entry:
         """The entry of ``version``, or a JournalError that tells the operator what to do."""
@@ -597,8 +602,7 @@ class Journal:
 
         def read(version: int) -> tuple[str, Entry] | None:
             try:
-                text = self.storage.read_text(self.entry_path(version))
-                return text, Entry.parse(text, version)
+                return self._read_entry_text(version)
             except Exception:  # noqa: BLE001 - statistics are an aid; recovery judges entries
                 return None
 
@@ -608,7 +612,7 @@ class Journal:
         complete = True  # every entry up to `due` was read (a checkpoint may be saved)
         for version, got in zip(todo, read_entries, strict=True):
             if got is None:
-                complete = complete and version > due
+                complete = False  # (read only at `due`: a gap after it does not matter)
                 continue
             _fold(out, got[1])
             if version == due > 0 and save_checkpoint and start < due and complete:
