@@ -6,6 +6,15 @@
 {% endmacro %}
 
 
+{#-- dbt run-operation rowmerge_rebind --args '{relation: analytics.orders}'
+     after `ALTER TABLE ... RENAME TO analytics.orders`: the journal then names the new table --#}
+{% macro rowmerge_rebind(relation) %}
+  {%- set done = adapter.rowmerge_rebind(relation) -%}
+  {{ log("rowmerge_rebind " ~ relation ~ ": " ~ done.message, info=True) }}
+  {{ return(done) }}
+{% endmacro %}
+
+
 {#-- dbt run-operation rowmerge_history --args '{relation: analytics.orders, limit: 10}' --#}
 {% macro rowmerge_history(relation, limit=none) %}
   {%- set rows = adapter.rowmerge_history(relation, limit) -%}

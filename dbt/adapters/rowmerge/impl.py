@@ -215,6 +215,18 @@ class RowMergeAdapter(SparkAdapter):
             "message": done.describe(),
         }
 
+    @available
+    def rowmerge_rebind(self, relation: str) -> dict[str, Any]:
+        """Record a renamed table's new name in the journal its folder holds (and its feed)."""
+        done = self._engine(lambda spark: merge.rebind(spark, str(relation)), str(relation))
+        if done["rebound"]:
+            message = f"rebound from {done['previous']} as version {done['version']}"
+            if done["changes_tables"]:
+                message += f"; change table(s) {', '.join(done['changes_tables'])} now belong to it"
+        else:
+            message = "the journal already names this table; nothing to do"
+        return {**done, "message": message}
+
     # -- dbt docs generate -------------------------------------------------------------------
     def _get_columns_for_catalog(self, relation: Any) -> Iterator[dict[str, Any]]:
         """dbt-spark's catalog columns, with row count and size from the journal for a table

@@ -2,6 +2,7 @@
 
 Public API (stable): ``run_merge(spark, spec)``, ``dry_run(spark, spec)``, ``recover(spark, table_name)``,
 ``history(spark, table_name, limit=None)``, ``start_history(spark, table_name, ...)``,
+``rebind(spark, table_name)``,
 ``initial_rows(spark, spec)``, ``table_stats(spark, table_name)``,
 ``MergeResult``, ``DryRunReport``, ``Recovery`` and the error classes.
 """
@@ -18,12 +19,13 @@ from .errors import (
     MergeCommittedError,
     MergeError,
     MergeSpecError,
+    StorageError,
     UnsupportedTableError,
 )
 from .initial import initial_rows
 from .journal import Recovery
 from .metrics import DryRunReport, MergeResult
-from .run import dry_run, history, recover, run_merge, start_history, table_stats
+from .run import dry_run, history, rebind, recover, run_merge, start_history, table_stats
 from .spec import MergeSpec, merge_sql, parse_spec, static_problems
 
 __all__ = [
@@ -42,12 +44,14 @@ __all__ = [
     "MergeSpec",
     "MergeSpecError",
     "Recovery",
+    "StorageError",
     "UnsupportedTableError",
     "dry_run",
     "history",
     "initial_rows",
     "merge_sql",
     "parse_spec",
+    "rebind",
     "recover",
     "run_merge",
     "start_history",

@@ -134,8 +134,26 @@ class UnsupportedTableError(MergeError):
     """The target is not a plain Parquet/ORC file table that row_level_merge can rewrite."""
 
 
+class UnreadableFileError(UnsupportedTableError):
+    """A visible file in the table's folder cannot be read as the table's format."""
+
+    def __init__(self, path: str, file_format: str, reason: str) -> None:
+        self.path = path
+        super().__init__(
+            f"{path} is in a table's folder but cannot be read as {file_format} data ({reason}). "
+            "Every visible file in a table's folder is read as table data, by Spark and by every "
+            "other engine. If it is not a data file of the table, move it out of the folder (or "
+            "rename it to start with _ or . so readers skip it); if it is, it is damaged: restore "
+            "it from a backup. Nothing was changed."
+        )
+
+
 class JournalError(MergeError):
     """The table's journal cannot be read or an interrupted commit cannot be finished."""
+
+
+class StorageError(MergeError):
+    """The filesystem refused a write or a removal the merge needs, before its commit point."""
 
 
 class MergeCommittedError(Exception):

@@ -52,10 +52,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
-from .errors import ConcurrentMergeError, JournalError
+from .errors import ConcurrentMergeError, JournalError, StorageError, UnsupportedTableError, spark_reason
 from .filestats import FileSummary, indexed_columns, parse_summary, summarize_files
 from .lock import LOCK_DIR
-from .sqltext import check_path_safe, parse_name
+from .sqltext import check_path_safe, parse_name, same_table
 from .storage import FileInfo, Storage, is_hidden
 from .table import (
     COMMIT_VERSION,
@@ -85,8 +85,13 @@ CHECKPOINT_INTERVAL = 20
 CHECKPOINT_FORMAT = 1
 APPLIED_SUFFIX = ".applied"
 VERSION_DIGITS = 20
+# A version is a change feed's _commit_version (BIGINT): the largest one a commit may take.
+MAX_VERSION = 2**63 - 1
 ENTRY_FORMAT = 1
-OPERATIONS = ("MERGE", "CREATE TABLE", "REPLACE TABLE", "CONVERT", "FENCE")
+OPERATIONS = ("MERGE", "CREATE TABLE", "REPLACE TABLE", "CONVERT", "FENCE", "REBIND")
+# Names in the log folder: <20 digits><suffix>; a digit-named file of another width was not
+# written by a journal, and recovery stops on it instead of guessing (see Journal.scan_log).
+_LOG_NAME = re.compile(r"^(\d+)(\.json|\.applied|\.stats\.json)$")
 _TXN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]*$")
 
 # Test hooks, read at each step of the commit protocol: the name of the step after which the
@@ -182,6 +187,25 @@ class ChangeTable(Protocol):
 
 
 # -- the entry ------------------------------------------------------------------------------
+
+
+class StepNotDone(OSError):
+    """A step of applying a committed entry did not happen (the storage refused it): the entry
+    stays unapplied, and recovery tries again."""
+
+
+def _ancestors(location: str) -> list[str]:
+    """The folders above ``location`` (a qualified URI), nearest first, up to its root."""
+    scheme, sep, rest = location.partition(":")
+    if not sep:
+        return []
+    if rest.startswith("//"):
+        authority, _, path = rest[2:].partition("/")
+        prefix = f"{scheme}://{authority}"
+    else:
+        prefix, path = f"{scheme}:", rest
+    parts = [p for p in path.split("/") if p]
+    return [f"{prefix}/{'/'.join(parts[:i])}" for i in range(len(parts) - 1, -1, -1)]
 
 
 class EntryInvalid(ValueError):
@@ -477,16 +501,29 @@ class Journal:
     # -- reading ----------------------------------------------------------------------------
     def listing(self) -> tuple[list[int], set[int]]:
         """(entry versions, applied versions) from one listing of the log folder."""
-        entries, applied = [], set()
+        entries, applied, _ = self.scan_log()
+        return entries, applied
+
+    def scan_log(self) -> tuple[list[int], set[int], list[str]]:
+        """(entry versions, applied versions, stray names) from one listing of the log folder.
+
+        A stray is a file named like a journal file that no journal writes: a version of
+        another width than the journal's (``7.json``), or one past :data:`MAX_VERSION`. It is
+        never read as an entry (its version would not name its file); recovery stops on it.
+        """
+        entries, applied, strays = [], set(), []
         for n in self.storage.list_names(self.log_dir):
-            head, dot, suffix = n.partition(".")
-            if not head.isdigit() or not dot:
+            found = _LOG_NAME.match(n)
+            if not found:
                 continue
-            if "." + suffix == ENTRY_SUFFIX:
+            head, suffix = found.groups()
+            if len(head) != VERSION_DIGITS or int(head) > MAX_VERSION:
+                strays.append(n)
+            elif suffix == ENTRY_SUFFIX:
                 entries.append(int(head))
-            elif "." + suffix == APPLIED_SUFFIX:
+            elif suffix == APPLIED_SUFFIX:
                 applied.add(int(head))
-        return sorted(entries), applied
+        return sorted(entries), applied, strays
 
     def versions(self) -> list[int]:
         return self.listing()[0]
@@ -534,8 +571,64 @@ class Journal:
         )
 
     def snapshot(self) -> dict[str, FileInfo]:
-        """Every data file of the table now, to prove at commit time that no one changed them."""
-        return {f.path: f for f in self.storage.list_data_files(self.location)}  # qualified
+        """Every data file of the table now, to prove at commit time that no one changed them.
+
+        Refuses a folder that holds another table's journal (found by the same listing): that
+        table's files would be this one's rows, and this table's commits would replace them.
+        """
+        hidden: list[str] = []
+        files = self.storage.list_data_files(self.location, hidden)
+        nested = sorted(h for h in hidden if h.rsplit("/", 1)[-1] == LOG_DIR)
+        if nested:
+            inner = nested[0].rsplit("/", 1)[0]
+            raise UnsupportedTableError(
+                f"The table at {self.location} holds another table's journal ({nested[0]}): the "
+                f"table at {inner} lives inside this one's folder, so this table would read that "
+                "table's files as its own rows and a commit here would rewrite them. Give each "
+                "table a folder of its own (a location outside the other's). Nothing was changed."
+            )
+        return {f.path: f for f in files}  # qualified
+
+    def check_placement(self, table: str) -> None:
+        """Refuse a table whose folder lies inside another journaled table's folder.
+
+        That table lists this one's files as its own (every folder below it), so a commit of
+        either would rewrite or count the other's rows. One status per folder above.
+        """
+        for folder in _ancestors(self.location):
+            log = f"{folder.rstrip('/')}/{LOG_DIR}"
+            if self.storage.exists(log):
+                raise UnsupportedTableError(
+                    f"{table} is stored at {self.location}, inside the folder of another table "
+                    f"that has a journal ({log}): that table reads this one's files as its own "
+                    "rows, and its commits would rewrite them. Give each table a folder of its "
+                    "own (a location outside the other's). Nothing was changed."
+                )
+
+    def check_bound(self, target: TargetTable) -> None:
+        """:meth:`check_owner` against the newest version (none yet: any table may start it)."""
+        versions = self.versions()
+        if versions:
+            self.check_owner(self.entry(versions[-1], target.name), target)
+
+    def check_owner(self, entry: Entry, target: TargetTable) -> None:
+        """Refuse a journal that another table wrote (``entry``: its newest version).
+
+        Two catalog tables may read one folder (the same LOCATION); a merge into one must not
+        rewrite files described by, and shaped for, the other. A renamed table is rebound
+        explicitly (:meth:`rebind_entry`), never guessed.
+        """
+        if same_table(entry.table, target.name_parts):
+            return
+        raise UnsupportedTableError(
+            f"{target.name} cannot use the journal in {self.log_dir}: it belongs to table "
+            f"{entry.table} (version {entry.version} says so), and {target.qualified_name} is another "
+            f"table reading the same folder {self.location}. A merge here would rewrite "
+            f"{entry.table}'s files with only this table's columns. Give each table its own "
+            f"location. If {entry.table} was renamed to {target.qualified_name}, record the new name "
+            f"once: `dbt run-operation rowmerge_rebind --args '{{relation: {target.qualified_name}}}'` "
+            "(Python: rebind(spark, table)). Nothing was changed."
+        )
 
     # -- file statistics (recorded in the entries; see filestats) ---------------------------
     def file_summaries(
@@ -659,6 +752,10 @@ class Journal:
     def problems(self, entry: Entry, partition_columns: Sequence[str]) -> list[str]:
         """Why ``entry`` is not a commit this journal may apply (empty: it may)."""
         out: list[str] = []
+        if entry.version > MAX_VERSION:
+            out.append(
+                f"has version {entry.version}, past the largest a change feed can hold ({MAX_VERSION})"
+            )
         if not entry.is_merge:
             if entry.moves():
                 out.append("lists staged files, which only a MERGE has")
@@ -717,18 +814,23 @@ class Journal:
                 out.append(f"stages cdf.files[{i}] at {f.staged}, not in {feed_staging}/")
         return out
 
-    def check(self, entry: Entry, target: TargetTable, look_for_staged: bool = True) -> None:
-        """Raise JournalError unless ``entry`` may be applied as it stands (before any move).
+    def check(self, entry: Entry, target: TargetTable, recovering: bool = True) -> None:
+        """Raise unless ``entry`` may be applied as it stands (before any move).
 
-        ``look_for_staged=False`` skips looking for the staged files (the committing writer
-        has just written them and holds the lock).
+        Checks what the entry says (JournalError if it does not describe a commit of this
+        table), that no path it moves or deletes resolves outside its folder, and that the
+        filesystem will let it move and delete those files. ``recovering=False``: the
+        committing writer, before its commit point (it has just written the staged files, so
+        they are not looked for, and a refusal is an error of its merge, not of the journal).
         """
         problems = self.problems(entry, target.partition_columns)
         if problems:
             raise self._damaged(
                 entry.version, target.name, "does not describe a commit of this table: " + "; ".join(problems)
             )
-        if not look_for_staged:
+        self._check_inside(entry, target.name, recovering)
+        self._check_removable(entry, target.name, recovering)
+        if not recovering:
             return
         missing = [
             f.staged
@@ -743,6 +845,91 @@ class Journal:
                 f"{self.log_dir} edited by hand? Nothing was moved. Restore the files, or rebuild "
                 "the table with `dbt run --full-refresh`."
             )
+
+    def _check_inside(self, entry: Entry, table: str, recovering: bool) -> None:
+        """Refuse an entry that would move or delete a file outside the folder it must be in,
+        through a symbolic link on the way (local files; a path names one object elsewhere).
+
+        Folders are resolved, not the file itself: deleting a link to a file removes the link.
+        """
+        real_roots: dict[str, str | None] = {}
+
+        def real_root(root: str) -> str | None:
+            if root not in real_roots:
+                real_roots[root] = self.storage.real_path(root)
+            return real_roots[root]
+
+        outside: list[str] = []
+
+        def check(path: str, root: str) -> None:
+            folder, _, name = path.rpartition("/")
+            real, real_top = self.storage.real_path(folder), real_root(root)
+            if real is None or real_top is None:
+                return
+            if real != real_top and not real.startswith(real_top.rstrip("/") + "/"):
+                outside.append(f"{path} (its folder is {real}, outside {real_top})")
+
+        staging = self.staging(entry.txn).dir if entry.txn and _TXN.match(entry.txn) else None
+        for f in entry.added:
+            check(f.path, self.location)
+        for f in entry.removed:
+            check(f.path, self.location)
+        if entry.cdf is not None:
+            for f in entry.cdf.files:
+                check(f.path, entry.cdf.location)
+        for f in entry.moves():
+            if f.staged and staging:
+                check(f.staged, staging)
+        if not outside:
+            return
+        shown = "; ".join(outside[:3]) + (f"; and {len(outside) - 3} more" if len(outside) > 3 else "")
+        if recovering:
+            raise JournalError(
+                f"Cannot finish version {entry.version} of {table}: it would move or delete "
+                f"{len(outside)} file(s) outside their table's folder, through a symbolic link: {shown}. "
+                "row_level_merge never touches files outside a table's folder. Replace the link with a "
+                f"real folder (or, if {self.log_dir} was edited by hand, restore it from a backup). "
+                "Nothing was moved or deleted."
+            )
+        raise UnsupportedTableError(
+            f"MERGE into {table} refused: it would replace or add {len(outside)} file(s) whose folder "
+            f"is a symbolic link out of the table's folder: {shown}. row_level_merge never moves or "
+            "deletes files outside a table's folder. Replace the link with a real folder inside the "
+            "table's folder. Nothing was changed."
+        )
+
+    def _check_removable(self, entry: Entry, table: str, recovering: bool) -> None:
+        """Refuse an entry whose replaced files the filesystem will not delete, or whose new
+        files it will not let into their folders, where that can be told cheaply (local
+        files, HDFS): found after the commit point, readers would see a replaced file's rows
+        next to their new version until someone fixes the permissions."""
+        problems = []
+        for f in entry.removed:
+            reason = self.storage.removal_problem(f.path)
+            if reason:
+                problems.append(f"{f.path}: {reason}")
+        for folder in sorted({f.path.rsplit("/", 1)[0] for f in entry.moves()}):
+            reason = self.storage.write_problem(folder)
+            if reason:
+                problems.append(f"{folder}: {reason}")
+        if not problems:
+            return
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        fix = (
+            "Make those files deletable and their folders writable for this process (permissions, "
+            "chattr -i, the object store's policy)"
+        )
+        if recovering:
+            raise JournalError(
+                f"Cannot finish the interrupted commit of version {entry.version} of {table}: the "
+                f"filesystem will not let it replace or add these files: {shown}. {fix}, then run "
+                "again (the next merge, or "
+                f"`dbt run-operation rowmerge_recover --args '{{relation: {table}}}'`)."
+            )
+        raise StorageError(
+            f"MERGE into {table} refused: the filesystem will not let it replace or add the files it "
+            f"must ({shown}). {fix}, then run the model again. Nothing was changed."
+        )
 
     # -- building entries -------------------------------------------------------------------
     def stage(self) -> Staging:
@@ -768,7 +955,7 @@ class Journal:
         )
         return Entry(
             version=0,
-            table=target.name,
+            table=target.qualified_name,
             operation=operation,
             timestamp=_iso(utc_now()),
             added=files,
@@ -838,7 +1025,7 @@ class Journal:
             )
         return Entry(
             version=version,
-            table=target.name,
+            table=target.qualified_name,
             operation="MERGE",
             timestamp=_iso(timestamp),
             txn=staging.txn,
@@ -880,13 +1067,33 @@ class Journal:
         ``initial`` (version 0 of a table that had no journal, described when the merge read
         it) is written first, once the table is known to be unchanged.
         """
-        if initial is not None:
-            self.write_initial(initial)
-        if not self.storage.create_if_absent(self.entry_path(entry.version), entry.to_json()):
+        path, text = self.entry_path(entry.version), entry.to_json()
+        try:
+            if initial is not None:
+                self.write_initial(initial)
+            created = self.storage.create_if_absent(path, text)
+        except Exception as exc:  # noqa: BLE001 - a full disk, a refused write: committed or not?
+            if not self._holds(path, text, exc):
+                raise StorageError(
+                    f"{entry.operation} into {entry.table} failed: its journal entry {path} could not "
+                    f"be written ({spark_reason(exc)}). Nothing was changed. Free space or fix the "
+                    f"permissions of {self.log_dir}, then run the model again."
+                ) from None
+            created = True  # the entry is there, whole: the merge is committed
+        if not created:
             raise ConcurrentMergeError(
                 f"{entry.operation} into {entry.table} aborted: version {entry.version} was committed "
                 "by another writer while this merge ran. Nothing was changed; run the model again."
             )
+
+    def _holds(self, path: str, text: str, error: Exception) -> bool:
+        """After creating ``path`` failed with ``error``: True if it holds ``text`` all the same
+        (False if it is absent or holds something else; ``error`` again if that cannot be
+        told, for then no one knows whether the commit happened)."""
+        try:
+            return self.storage.exists(path) and self.storage.read_text(path) == text
+        except Exception:  # noqa: BLE001
+            raise error from None
 
     def check_unchanged(self, entry: Entry, snapshot: Mapping[str, FileInfo]) -> None:
         """Raise ConcurrentMergeError if a file the merge read was changed or removed meanwhile."""
@@ -905,16 +1112,60 @@ class Journal:
                 "(insert_overwrite runs, manual jobs) must not run at the same time as a merge."
             )
 
+    def next_version(self, versions: Sequence[int], table: str) -> int:
+        """The version a commit after ``versions`` takes; JournalError past :data:`MAX_VERSION`.
+
+        Checked before the commit point: a version the change feed cannot hold would fail
+        after it, in every replay.
+        """
+        version = (versions[-1] if versions else 0) + 1
+        if version > MAX_VERSION:
+            raise JournalError(
+                f"{table} cannot take another version: its journal's newest version is {versions[-1]}, "
+                f"the largest a change feed's _commit_version (BIGINT) can hold. No history gets "
+                f"there by merging: {self.entry_path(versions[-1])} was written by hand or by another "
+                "tool. Restore the journal from a backup, or rebuild the table with "
+                "`dbt run --full-refresh`. Nothing was changed."
+            )
+        return version
+
     def fence(self, table: str, reason: str) -> int:
         """Commit an empty version, so that a writer whose lease was taken over cannot commit."""
+        return self._commit_marker(table, "FENCE", reason)
+
+    def rebind(self, target: TargetTable, previous: str) -> int:
+        """Commit a version that makes ``target`` this journal's table from now on (it was
+        ``previous``'s: the table was renamed). It lists every file of the table as it is now,
+        with its statistics, as version 0 does: a managed table's files moved with its folder.
+        Hold the lock."""
+        found = self.initial_entry(target, "REBIND")
+        return self._commit_marker(target.qualified_name, "REBIND", f"renamed from {previous}", found.added)
+
+    def feed_tables(self) -> list[str]:
+        """Every change table an entry of this journal wrote rows to, newest first."""
+        out: list[str] = []
+        for v in reversed(self.versions()):
+            try:
+                cdf = self.read_entry(v).cdf
+            except EntryInvalid:
+                continue
+            if cdf is not None and cdf.table not in out:
+                out.append(cdf.table)
+        return out
+
+    def _commit_marker(
+        self, table: str, operation: str, reason: str, files: tuple[FileEntry, ...] = ()
+    ) -> int:
+        """Commit a version of ``operation`` that changes no file (``files``: the files of the
+        table, listed for their statistics), at the next free version."""
         while True:
-            version = self.current_version() + 1
+            version = self.next_version(self.versions(), table)
             entry = Entry(
                 version=version,
                 table=table,
-                operation="FENCE",
+                operation=operation,
                 timestamp=_iso(utc_now()),
-                added=(),
+                added=files,
                 removed=(),
                 metrics={},
                 reason=reason,
@@ -938,7 +1189,7 @@ class Journal:
             feed_ident = self._feed_table(spark, entry, cdf) if cdf else None
         for i, f in enumerate(entry.moves()):
             assert f.staged is not None
-            self.storage.rename(f.staged, f.path)
+            self._move(f.staged, f.path)
             fault_point(f"move_{i}")
         # New partitions become visible before any replaced file goes away, so a reader of
         # the catalog sees every row throughout (old and new versions side by side at worst).
@@ -947,16 +1198,45 @@ class Journal:
             register_partitions(spark, feed_ident, [cdf.partition])
         fault_point("registered")
         for i, f in enumerate(entry.removed):
-            self.storage.delete(f.path)
+            self._remove(f.path, entry.version)
             fault_point(f"delete_{i}")
         fault_point("before_applied")
-        self.storage.create_if_absent(self.applied_path(entry.version), "")
+        marker = self.applied_path(entry.version)
+        if not self.storage.create_if_absent(marker, "") and not self.storage.exists(marker):
+            raise StepNotDone(f"could not create {marker}: the storage reported it not written")
         fault_point("applied")
         if entry.txn:
             self.discard(self.staging(entry.txn))
         spark.catalog.refreshTable(target.ident)
         if feed_ident:
             spark.catalog.refreshTable(feed_ident)
+
+    def _move(self, staged: str, path: str) -> None:
+        """Move a staged file into place. A rename the storage reports as not done is done all
+        the same when an earlier replay moved it (the file is in place, not staged)."""
+        if self.storage.rename(staged, path):
+            return
+        if self.storage.exists(path) and not self.storage.exists(staged):
+            return
+        raise StepNotDone(f"could not move {staged} to {path}: the storage reported the move as not done")
+
+    def _remove(self, path: str, version: int) -> None:
+        """Delete a file ``version`` replaces. A delete the storage reports as not done (Hadoop
+        returns false) is done if the file is gone (an earlier replay deleted it); a file that
+        is still there stops the apply, which leaves the entry unapplied for recovery."""
+        try:
+            if self.storage.delete(path):
+                return
+            reason = "the storage reported it not deleted"
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises, Hadoop returns false
+            reason = spark_reason(exc)
+        if not self.storage.exists(path):
+            return
+        why = self.storage.removal_problem(path)
+        raise StepNotDone(
+            f"could not delete {path}, which version {version} replaces ({why or reason}); until it "
+            "is gone, readers see its rows next to their new version"
+        )
 
     def _feed_table(self, spark: SparkSession, entry: Entry, cdf: FeedFiles) -> str:
         """The change table that reads ``cdf.location``, created there if it was dropped."""
@@ -989,11 +1269,22 @@ class Journal:
     def recover(self, spark: SparkSession, target: TargetTable) -> Recovery:
         """Roll unapplied entries forward and orphan staging back (hold the lock)."""
         done = Recovery()
-        versions, applied = self.listing()
+        versions, applied, strays = self.scan_log()
+        if strays:
+            raise JournalError(
+                f"The journal of {target.name} holds {len(strays)} file(s) named like journal files "
+                f"that rowmerge did not write: {', '.join(strays[:5])} in {self.log_dir} (journal "
+                f"files are named by a {VERSION_DIGITS}-digit version). Recovery does not guess what "
+                "they mean: move them out of that folder (or restore the journal from a backup), "
+                "then run again. Nothing was changed."
+            )
+        newest = self.entry(versions[-1], target.name) if versions else None
+        if newest is not None:
+            self.check_owner(newest, target)
         for v in versions:
             if v in applied:
                 continue
-            entry = self.entry(v, target.name)
+            entry = newest if newest is not None and v == newest.version else self.entry(v, target.name)
             self.check(entry, target)
             try:
                 self.apply(spark, entry, target)
@@ -1003,13 +1294,20 @@ class Journal:
                     f"{exc} vanished while it was being applied (is another process editing "
                     f"{self.log_dir}?). Run again; if this repeats, rebuild the table with --full-refresh."
                 ) from None
+            except StepNotDone as exc:
+                raise JournalError(
+                    f"Cannot finish the interrupted commit of version {v} of {target.name}: {exc}. "
+                    "Fix that (permissions, chattr -i, the object store's policy), then run again: "
+                    "the next merge, or `dbt run-operation rowmerge_recover --args "
+                    f"'{{relation: {target.name}}}'`."
+                ) from None
             done.rolled_forward.append(v)
         # Every entry is applied now, so no staging folder can be needed any more. Only the
         # newest entry's can be a leftover of a commit (a crash after its applied marker).
-        newest = self.entry(versions[-1], target.name).txn if versions else None
+        newest_txn = newest.txn if newest is not None else None
         for txn in self.storage.list_names(f"{self.log_dir}/{STAGING_DIR}"):
             self.discard(self.staging(txn))
-            if txn != newest:
+            if txn != newest_txn:
                 done.rolled_back.append(txn)
         return done
 

@@ -18,6 +18,28 @@ machine, or unknown). A holder on this machine that is alive is never overtaken,
 it takes: the waiter fails after ``lock_timeout_s`` naming it. A holder whose lease expired
 may still be alive (a long pause), so after such a takeover the caller fences the journal
 (see ``Journal.fence``): the old holder can then no longer commit.
+
+Waiting writers are served in arrival order, so a model that re-takes the lock right after
+releasing it never starves a slower one that polls. A writer that must wait (the lease is
+held, or it is free but others queued first) creates a ticket in the same folder::
+
+    wait-<number>-<token>.ticket   who waits (an owner, as in a lease) and when its ticket expires
+
+``<number>`` is one more than the highest ticket number listed, so a ticket that existed when
+a writer arrived is always ahead of it; writers that arrive at the same moment may draw the
+same number and are ordered by their lock's token. Every name is unique (the number and the
+token), so creating a ticket never contends, and ``create_if_absent`` only serves to publish
+it whole, which object stores do too. The names neither start with a digit nor end in
+``.json``: no reader of generations (this one or an older release) takes them for one.
+
+The waiter rewrites its ticket's expiry (one lease on) at least every quarter lease from its
+poll loop, and removes the ticket once it holds the lease, times out or fails. When the lease
+can be taken, only the writer of the oldest live ticket takes it; a writer with no ticket
+takes it only if no live ticket exists, so the uncontended path reads nothing more than the
+listing it needs anyway. A ticket whose owner is provably dead (the same test as for a
+holder) or whose expiry passed is ignored, and removed by whoever finds it: a crashed waiter
+never blocks the queue. A waiter that finds its own ticket gone (it paused past its expiry)
+queues again at the end.
 """
 
 from __future__ import annotations
@@ -39,6 +61,8 @@ LOCK_DIR = "lock"
 LEASE_SUFFIX = ".json"
 HEARTBEAT_SUFFIX = ".heartbeat"
 RELEASED_SUFFIX = ".released"
+TICKET_PREFIX = "wait-"
+TICKET_SUFFIX = ".ticket"
 GENERATION_DIGITS = 20
 DEFAULT_LEASE_S = 60.0
 # Advanced: the lease length, for clusters with long driver pauses (and for tests).
@@ -132,9 +156,11 @@ class Owner:
             return True  # exited; only its parent has not collected it yet
         return self.process_start is not None and _process_start(self.pid) != self.process_start
 
-    def describe(self) -> str:
+    def describe(self, waiting: bool = False) -> str:
+        """Who it is and since when it holds the lease (or, for a ticket, waits for it)."""
         since = datetime.fromtimestamp(self.acquired_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        return f"{self.operation} on {self.table} by pid {self.pid} on host {self.host}, since {since}"
+        state = "waiting since" if waiting else "since"
+        return f"{self.operation} on {self.table} by pid {self.pid} on host {self.host}, {state} {since}"
 
 
 @dataclass(frozen=True)
@@ -145,6 +171,49 @@ class Lease:
     owner: Owner | None  # None: its file could not be read (a holder that died writing it)
     expires_at: float
     released: bool
+
+
+@dataclass(frozen=True, order=True)
+class Ticket:
+    """A place in the queue, from its name: earlier numbers first, equal numbers by token."""
+
+    number: int
+    token: str
+
+    @property
+    def name(self) -> str:
+        return f"{TICKET_PREFIX}{self.number:0{GENERATION_DIGITS}d}-{self.token}{TICKET_SUFFIX}"
+
+    @staticmethod
+    def parse(name: str) -> Ticket | None:
+        if not (name.startswith(TICKET_PREFIX) and name.endswith(TICKET_SUFFIX)):
+            return None
+        number, sep, token = name[len(TICKET_PREFIX) : -len(TICKET_SUFFIX)].partition("-")
+        return Ticket(int(number), token) if sep and number.isdigit() and token else None
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """One ticket's content as another writer sees it."""
+
+    ticket: Ticket
+    owner: Owner | None  # None: its file could not be read (being rewritten, or torn)
+    expires_at: float
+
+    def gone(self) -> bool:
+        """Its owner no longer waits: provably dead, or it stopped renewing the ticket."""
+        return time.time() > self.expires_at or (self.owner is not None and self.owner.is_dead())
+
+    def describe(self) -> str:
+        return self.owner.describe(waiting=True) if self.owner else "an unknown writer"
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One listing of the lock folder: lease generations and queue tickets, both in order."""
+
+    generations: list[int]
+    tickets: list[Ticket]
 
 
 def _lease_s() -> float:
@@ -178,6 +247,9 @@ class TableLock:
         self.took_over_path: str | None = None
         self._expires_at = 0.0
         self._lost = False
+        self._ticket: Ticket | None = None  # this writer's place in the queue while it waits
+        self._ticket_due = 0.0  # when the ticket's expiry must be rewritten next
+        self._waiting_since: float | None = None  # the ticket's owner.acquired_at
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -185,12 +257,18 @@ class TableLock:
     def _file(self, generation: int, suffix: str) -> str:
         return f"{self.dir}/{generation:0{GENERATION_DIGITS}d}{suffix}"
 
-    def _generations(self) -> list[int]:
-        return sorted(
+    def _list(self) -> Listing:
+        names = self.storage.list_names(self.dir)
+        generations = sorted(
             int(n[: -len(LEASE_SUFFIX)])
-            for n in self.storage.list_names(self.dir)
+            for n in names
             if n.endswith(LEASE_SUFFIX) and n[: -len(LEASE_SUFFIX)].isdigit()
         )
+        tickets = sorted(t for t in map(Ticket.parse, names) if t is not None)
+        return Listing(generations, tickets)
+
+    def _generations(self) -> list[int]:
+        return self._list().generations
 
     def _lease(self, generation: int) -> Lease:
         path = self._file(generation, LEASE_SUFFIX)
@@ -216,24 +294,110 @@ class TableLock:
     def acquire(self) -> None:
         deadline = time.monotonic() + self.timeout_s
         wait = POLL_S[0]
-        while True:
-            generations = self._generations()
-            top = generations[-1] if generations else 0
-            lease = self._lease(top) if top else None
-            if lease is None or self._may_take(lease):
-                if self._try_take(top + 1):
-                    if lease is not None and not lease.released:
-                        self.took_over = lease.owner
-                        self.took_over_live = lease.owner is None or not lease.owner.is_dead()
-                        self.took_over_path = self._file(top, LEASE_SUFFIX)
-                    self._cleanup(top + 1)
-                    self._start_renewal()
-                    return
-                continue  # someone else won that generation: look again at once
-            if time.monotonic() >= deadline:
-                raise self._timeout_error(lease)
-            time.sleep(wait)
-            wait = min(wait * 2, POLL_S[1])
+        self._waiting_since = None
+        try:
+            while True:
+                listing = self._list()
+                top = listing.generations[-1] if listing.generations else 0
+                lease = self._lease(top) if top else None
+                free = lease is None or self._may_take(lease)
+                if free and self._first_ahead(listing.tickets) is None:
+                    if self._try_take(top + 1):
+                        if lease is not None and not lease.released:
+                            self.took_over = lease.owner
+                            self.took_over_live = lease.owner is None or not lease.owner.is_dead()
+                            self.took_over_path = self._file(top, LEASE_SUFFIX)
+                        self._leave_queue()
+                        self._cleanup(top + 1)
+                        self._start_renewal()
+                        return
+                    continue  # someone else won that generation: look again at once
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._timeout_error(lease, free, listing.tickets)
+                nap = min(wait, left, self.owner.lease_s / 4)
+                self._keep_place(listing.tickets, nap)
+                time.sleep(nap)
+                wait = min(wait * 2, POLL_S[1])
+        finally:
+            if self.generation is None:  # timed out or failed: leave the queue
+                self._leave_queue()
+
+    # -- the queue --------------------------------------------------------------------------
+    def _ticket_path(self, ticket: Ticket) -> str:
+        return f"{self.dir}/{ticket.name}"
+
+    def _waiter(self, ticket: Ticket) -> Waiter | None:
+        """What a ticket says, or None if it is gone already."""
+        path = self._ticket_path(ticket)
+        try:
+            data = json.loads(self.storage.read_text(path))
+            return Waiter(ticket, Owner(**data["owner"]), float(data["expires_at"]))
+        except Exception:  # removed just now, being rewritten, or torn
+            status = self.storage.status(path)
+            if status is None:
+                return None
+            return Waiter(ticket, None, status.mtime / 1000 + DEFAULT_LEASE_S)
+
+    def _live_ahead(self, tickets: list[Ticket], first_only: bool) -> list[Waiter]:
+        """Live waiters queued before this writer (all tickets if it has none), oldest first;
+        tickets of dead or expired waiters met on the way are removed."""
+        live: list[Waiter] = []
+        for ticket in tickets:
+            if self._ticket is not None and ticket >= self._ticket:
+                break
+            waiter = self._waiter(ticket)
+            if waiter is None:
+                continue
+            if waiter.gone():
+                self._discard(ticket)
+                continue
+            live.append(waiter)
+            if first_only:
+                break
+        return live
+
+    def _first_ahead(self, tickets: list[Ticket]) -> Waiter | None:
+        ahead = self._live_ahead(tickets, first_only=True) if tickets else []
+        return ahead[0] if ahead else None
+
+    def _discard(self, ticket: Ticket) -> None:
+        try:
+            self.storage.delete(self._ticket_path(ticket))
+        except Exception:  # another writer removed it first, or storage hiccup: it stays ignored
+            pass
+
+    def _keep_place(self, tickets: list[Ticket], nap: float) -> None:
+        """Join the queue, or renew this writer's ticket if it would be due during ``nap``."""
+        now = time.time()
+        if self._ticket is None or self._ticket not in tickets:
+            # First wait, or the ticket was removed as expired (this writer paused past it):
+            # queue behind every ticket listed.
+            ticket = Ticket(max((t.number for t in tickets), default=0) + 1, self.owner.token)
+            self.storage.create_if_absent(self._ticket_path(ticket), self._ticket_text(now))
+            self._ticket = ticket
+        elif now + nap >= self._ticket_due:
+            self.storage.write_text(self._ticket_path(self._ticket), self._ticket_text(now))
+        else:
+            return
+        self._ticket_due = now + self.owner.lease_s / 4
+
+    def _ticket_text(self, now: float) -> str:
+        if self._waiting_since is None:
+            self._waiting_since = now
+        owner = Owner(**{**asdict(self.owner), "acquired_at": self._waiting_since})
+        return json.dumps({"owner": asdict(owner), "expires_at": now + self.owner.lease_s})
+
+    def _leave_queue(self) -> None:
+        """Remove this writer's ticket (it holds the lease, or gave up). If that fails the
+        ticket expires by itself; release() tries once more."""
+        if self._ticket is None:
+            return
+        try:
+            self.storage.delete(self._ticket_path(self._ticket))
+        except Exception:
+            return
+        self._ticket = None
 
     @staticmethod
     def _may_take(lease: Lease) -> bool:
@@ -270,6 +434,8 @@ class TableLock:
         if self._renewer is not None:
             self._renewer.join()
             self._renewer = None
+        self._leave_queue()  # only if removing the ticket failed when the lease was taken
+        self._ticket = None  # if it still fails, the ticket expires by itself
         if self.generation is not None and not self._lost:
             self.storage.create_if_absent(self._file(self.generation, RELEASED_SUFFIX), "")
         self.generation = None
@@ -343,17 +509,32 @@ class TableLock:
                 "before its lease expired (storage unreachable?). Nothing was changed; run the model again."
             )
 
-    def _timeout_error(self, lease: Lease | None) -> ConcurrentMergeError:
+    def _timeout_error(self, lease: Lease | None, free: bool, tickets: list[Ticket]) -> ConcurrentMergeError:
+        gave_up = (
+            f"{self.owner.operation} on {self.table} gave up after waiting {self.timeout_s:g} s "
+            "(lock_timeout_s) for the table's lock"
+        )
+        ahead = self._live_ahead(tickets, first_only=False) if tickets else []
+        queued = ""
+        if ahead:
+            writers = "1 writer" if len(ahead) == 1 else f"{len(ahead)} writers"
+            queued = f"{writers} that queued for it earlier (first in line: {ahead[0].describe()})"
+        if free and ahead:
+            return ConcurrentMergeError(
+                f"{gave_up}: it is free, but {queued} go{'es' if len(ahead) == 1 else ''} first. "
+                "Run the model again once they have finished, or raise lock_timeout_s."
+            )
         holder = lease.owner.describe() if lease and lease.owner else "an unknown writer"
         if lease and lease.owner and lease.owner.on_this_machine():
             state = "a process that is still running on this machine"
         else:
             left = max(0, round(lease.expires_at - time.time())) if lease else 0
             state = f"its lease runs {left} s more unless renewed"
+        behind = f", and behind {queued}" if ahead else ""
+        finished = "those writers have" if ahead else "that writer has"
         path = self._file(lease.generation, LEASE_SUFFIX) if lease else self.dir
         return ConcurrentMergeError(
-            f"{self.owner.operation} on {self.table} gave up after waiting {self.timeout_s:g} s "
-            f"(lock_timeout_s) for the table's lock, held by {holder} ({state}). Run the model "
-            "again once that writer has finished, or raise lock_timeout_s. If that process no "
-            f"longer runs and the lease never expires, delete {path}."
+            f"{gave_up}, held by {holder} ({state}){behind}. Run the model again once {finished} "
+            "finished, or raise lock_timeout_s. If that process no longer runs and the lease never "
+            f"expires, delete {path}."
         )

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -41,7 +42,9 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.utils import AnalysisException
 
+from . import feed_owner
 from .callsites import without_call_sites
 from .cdf import ChangesTable, change_rows, feed_schema, prepare_changes_table, write_change_feed
 from .errors import (
@@ -51,6 +54,8 @@ from .errors import (
     ExecutionError,
     MergeCommittedError,
     MergeError,
+    StorageError,
+    UnreadableFileError,
     UnsupportedTableError,
     spark_reason,
 )
@@ -75,6 +80,7 @@ from .scan import (
 )
 from .source import MaterializedSource, materialize, read_source
 from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
+from .sqltext import parse_name, same_table, shorten
 from .storage import FileInfo, Storage, storage_for
 from .table import (
     TargetTable,
@@ -85,6 +91,7 @@ from .table import (
     drop_changes_table,
     load_target,
     missing_columns,
+    sql_name,
 )
 
 logger = logging.getLogger("rowmerge")
@@ -113,14 +120,36 @@ class Commit:
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
     """Merge ``spec['source']`` into ``spec['target']``; see the module doc for the phases."""
+    parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
+    with _storage_errors(parsed.target):
+        return _run_merge(spark, parsed)
+
+
+@contextmanager
+def _storage_errors(table: str) -> Iterator[None]:
+    """A filesystem error (a full disk, a refused write) of the journal, the lock or the
+    staging folder, before the commit point, as the MergeError it is: nothing was changed."""
+    try:
+        yield
+    except (MergeError, MergeCommittedError):
+        raise
+    except OSError as exc:
+        raise StorageError(
+            f"MERGE into {table} failed: the filesystem refused a write ({spark_reason(exc)}). "
+            "Nothing was changed. Free space or fix the permissions of the table's folder, then "
+            "run the model again."
+        ) from exc
+
+
+def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
     metrics = MergeMetrics()
     with timed(metrics, "executionTimeMs"), without_call_sites():
-        parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
         journal = _journal(spark, load_target(spark, parsed.target).location)
         with _lock(journal, parsed.target, "MERGE", parsed.lock_timeout_s) as lock:
             # Described only now, under the lock: a writer we waited for, or another
             # session, may have changed the schema (load_target refreshes the relation).
             target = load_target(spark, parsed.target)
+            journal.check_placement(target.name)
             if _recover(spark, journal, lock, target).rolled_forward:
                 target = load_target(spark, parsed.target)  # recovery may have added columns
             plan, source, commit = _prepare(spark, parsed, journal, target, metrics)
@@ -167,6 +196,10 @@ def _prepare(
     plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
     feed = parsed.change_data_feed and not dry
     changes = prepare_changes_table(spark, plan, journal.storage) if feed else None
+    if changes is not None:
+        feed_owner.check_owner(
+            journal.storage, changes.location, changes.name, target.name, target.name_parts
+        )
     summaries = _summaries(plan, journal, snapshot, versions, initial, save_checkpoint=not dry)
     skipping = plan_skipping(plan, summaries) if summaries is not None else None
 
@@ -174,7 +207,8 @@ def _prepare(
     with timed(metrics, "materializeSourceTimeMs"):
         source = materialize(spark, plan, raw_source, skipping.ranges if skipping else ())
     metrics["numSourceRows"] = source.num_rows
-    commit = Commit((versions[-1] if versions else 0) + 1, snapshot, changes, initial, commit_time, skipping)
+    version = journal.next_version(versions, target.name)
+    commit = Commit(version, snapshot, changes, initial, commit_time, skipping)
     return plan, source, commit
 
 
@@ -191,6 +225,8 @@ def dry_run(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> DryRunR
         parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
         target = load_target(spark, parsed.target)
         journal = _journal(spark, target.location)
+        journal.check_placement(target.name)
+        journal.check_bound(target)
         plan, source, commit = _prepare(spark, parsed, journal, target, metrics, dry=True)
         scan: ScanResult | None = None
         try:
@@ -254,10 +290,11 @@ def _summaries(
 def _recover(spark: SparkSession, journal: Journal, lock: TableLock, target: TargetTable) -> Recovery:
     """Under the lock: fence out a holder that may still run, then recover."""
     if lock.took_over_live:
+        journal.check_bound(target)  # never fence (and so bind) another table's journal
         if not journal.versions():  # keep version 0 the table as found, before the fence
             journal.write_initial(journal.initial_entry(target, "CONVERT"))
         holder = lock.took_over_from()
-        version = journal.fence(target.name, f"lock taken over from {holder}")
+        version = journal.fence(target.qualified_name, f"lock taken over from {holder}")
         logger.warning(
             "rowmerge: took over the expired lock of %s on %s; committed fence version %d so that "
             "writer can no longer commit",
@@ -355,9 +392,7 @@ def _merge(
                         spark, plan, source, pruned, scan, staging.data_dir, journal.storage
                     )
             if commit.changes is not None and (staged or scan is not None):
-                logger.info(
-                    "rowmerge: %s: writing change feed rows to %s", target.name, commit.changes.name
-                )
+                logger.info("rowmerge: %s: writing change feed rows to %s", target.name, commit.changes.name)
             with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
                 feed = feed_writer.finish(scan, staged)
         removed: list[FileStats] = scan.touched if scan else []
@@ -391,10 +426,15 @@ def _merge(
             )
             # Everything that can fail runs before the entry exists (see the module doc).
             lock.check()
-            journal.check(entry, target, look_for_staged=False)  # we just wrote them
+            journal.check(entry, target, recovering=False)
             journal.check_unchanged(entry, commit.snapshot)
             _check_columns_unchanged(spark, plan)
             _add_evolved_columns(spark, plan, commit.changes)
+            if commit.changes is not None:
+                changes = commit.changes
+                feed_owner.claim(
+                    journal.storage, changes.location, changes.name, target.qualified_name, target.name_parts
+                )
             journal.commit(entry, commit.initial)
             committed = True
             fault_point("entry")
@@ -599,13 +639,19 @@ _RAISED_CONSTRAINT = re.compile(
 )
 
 
+# A task that could not read one of the table's files (a stray file, or a damaged one).
+_FAILED_READ = re.compile(r"\[FAILED_READ_FILE[.\w]*\][^\n]*?reading file (\S+?)\.?(?:\s|$)")
+_CAUSED_BY = re.compile(r"^Caused by: (.*)$", re.M)
+
+
 def _is_spark_error(exc: BaseException) -> bool:
     """An error Spark raised while running the merge's jobs (not a bug of this engine)."""
     return isinstance(exc, (PySparkException, Py4JJavaError))
 
 
 def _raise_cast_error(exc: Exception, target: TargetTable, spec: MergeSpec) -> None:
-    """Spark reports our cast and constraint checks as a job failure; surface them as our errors."""
+    """Spark reports our cast and constraint checks as a job failure, and a file of the table it
+    cannot read as a task failure naming the file; surface them as our errors."""
     found = _RAISED_CAST.search(str(exc))
     if found:
         raise CastError(target.name, 1, found.group(1)) from None
@@ -613,6 +659,11 @@ def _raise_cast_error(exc: Exception, target: TargetTable, spec: MergeSpec) -> N
     if found:
         constraint = spec.constraints[int(found.group(1))]
         raise ConstraintViolation(target.name, constraint.label, found.group(2)) from None
+    found = _FAILED_READ.search(str(exc))
+    if found:
+        causes = _CAUSED_BY.findall(str(exc))
+        reason = f"Spark: {shorten(causes[-1].strip(), 300)}" if causes else "Spark could not read it"
+        raise UnreadableFileError(found.group(1), target.file_format, reason) from None
 
 
 def recover(spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Recovery:
@@ -629,6 +680,43 @@ def history(spark: SparkSession, table_name: str, limit: int | None = None) -> l
     return _journal(spark, target.location).history(limit)
 
 
+def rebind(
+    spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> dict[str, Any]:
+    """Make the journal in ``table_name``'s folder (and its change tables) ``table_name``'s,
+    after the table was renamed: a merge refuses a journal another table name wrote.
+
+    Commits a ``REBIND`` version that records the new name and lists the table's files as
+    they are now (a managed table's files moved with its folder, so statistics recorded
+    under the old paths no longer apply). Also reassigns each change table the journal wrote
+    to that still names the old table. Nothing happens if the journal already names it.
+    """
+    target = load_target(spark, table_name)
+    journal = _journal(spark, target.location)
+    with _storage_errors(table_name), _lock(journal, target.name, "REBIND", lock_timeout_s):
+        target = load_target(spark, table_name)
+        journal.check_placement(target.name)
+        versions = journal.versions()
+        if not versions:
+            return {"version": None, "previous": None, "rebound": False, "changes_tables": []}
+        newest = journal.entry(versions[-1], target.name)
+        if same_table(newest.table, target.name_parts):
+            return {"version": newest.version, "previous": None, "rebound": False, "changes_tables": []}
+        version = journal.rebind(target, newest.table)
+        moved = []
+        for name in journal.feed_tables():
+            try:
+                location = journal.storage.qualify(describe_table(spark, sql_name(name)).location)
+            except AnalysisException:
+                continue  # dropped since: recovery or the next merge recreates it
+            owner = feed_owner.read_owner(journal.storage, location, name)
+            if owner is not None and same_table(owner, parse_name(newest.table)):
+                feed_owner.reassign(journal.storage, location, target.qualified_name)
+                moved.append(name)
+    logger.info("rowmerge: %s: rebound from %s (version %d)", target.name, newest.table, version)
+    return {"version": version, "previous": newest.table, "rebound": True, "changes_tables": moved}
+
+
 def table_stats(spark: SparkSession, table_name: str) -> dict[str, int] | None:
     """Rows and bytes of ``table_name`` now, from its journal, without opening a data file:
     rows folded from every version's counts (version 0 counts the rows it was built with),
@@ -640,8 +728,19 @@ def table_stats(spark: SparkSession, table_name: str) -> dict[str, int] | None:
     if not versions or any(v["operation"] == "UNREADABLE" for v in versions):
         return None
     rows = sum(int(v["rows_inserted"]) - int(v["rows_deleted"]) for v in versions)
-    size = sum(f.size for f in journal.snapshot().values())
+    try:
+        size = sum(f.size for f in journal.snapshot().values())
+    except MergeError:  # its folder holds another table: no size of its own to tell
+        return None
     return {"version": int(versions[0]["version"]), "rows": rows, "bytes": size}
+
+
+def _check_feed_owner(spark: SparkSession, storage: Storage, changes: str, target: TargetTable) -> None:
+    """Refuse to replace a change table that holds another target's feed."""
+    ident = sql_name(changes)
+    if spark.catalog.tableExists(ident):
+        location = storage.qualify(describe_table(spark, ident).location)
+        feed_owner.check_owner(storage, location, changes, target.name, target.name_parts)
 
 
 def start_history(
@@ -666,8 +765,11 @@ def start_history(
         journal.write_initial(entry)
         changes_removed = 0
         if change_data_feed:
+            _check_feed_owner(spark, journal.storage, change_data_feed, target)
             changes_removed = drop_changes_table(spark, change_data_feed)
             create_changes_table(spark, change_data_feed, feed_schema(list(target.schema.fields)))
+            location = describe_table(spark, sql_name(change_data_feed)).location
+            feed_owner.reassign(journal.storage, journal.storage.qualify(location), target.qualified_name)
     return {
         "version": 0,
         "operation": operation,

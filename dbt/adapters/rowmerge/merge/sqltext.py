@@ -38,6 +38,34 @@ def quote_name(parts: Iterable[str]) -> str:
     return ".".join(quote(p) for p in parts)
 
 
+DEFAULT_CATALOG = "spark_catalog"
+
+
+def display_name(parts: Iterable[str]) -> str:
+    """A table name as people write it: parts joined by dots, back-quoted only where needed."""
+    return ".".join(p if _WORD.match(p) else quote(p) for p in parts)
+
+
+def name_key(parts: Iterable[str]) -> tuple[str, ...]:
+    """The parts of a table name as the session catalog compares them: lower case, without
+    the default catalog (``spark_catalog.db.t`` is ``db.t``)."""
+    out = tuple(p.lower() for p in parts)
+    return out[1:] if len(out) == MAX_NAME_PARTS and out[0] == DEFAULT_CATALOG else out
+
+
+def same_table(recorded: str, parts: Iterable[str]) -> bool:
+    """True if the name ``recorded`` (in a journal, as some writer gave it) can name the table
+    whose full name is ``parts``: equal once normalized (:func:`name_key`), where a recorded
+    name without its database (written by a caller that relied on the current database)
+    compares by what it has."""
+    try:
+        mine = name_key(parse_name(recorded))
+    except ValueError:
+        return False
+    full = name_key(parts)
+    return len(mine) <= len(full) and full[len(full) - len(mine) :] == mine
+
+
 def parse_name(text: str) -> tuple[str, ...]:
     """``db.t``, ``\\`db\\`.\\`t\\``` or ``catalog.db.t`` -> its parts; ValueError saying why not.
 

@@ -16,6 +16,9 @@ leaves a torn file under the final name.
 from __future__ import annotations
 
 import os
+import stat
+import struct
+import sys
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -25,7 +28,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from .errors import UnreadableFileError, spark_reason
+
 FOOTER_THREADS = 8  # concurrent footer reads (they wait on I/O, mostly on object stores)
+# Filesystems whose permissions Hadoop's FileSystem.access answers for real (object stores
+# report every object writable; only the request itself tells).
+PERMISSION_SCHEMES = ("hdfs", "viewfs", "webhdfs", "swebhdfs")
 
 
 def is_hidden(name: str) -> bool:
@@ -61,9 +69,11 @@ class Storage(ABC):
         """Size and mtime of a file, or None if it does not exist."""
 
     @abstractmethod
-    def list_data_files(self, root: str) -> list[FileInfo]:
+    def list_data_files(self, root: str, hidden_dirs: list[str] | None = None) -> list[FileInfo]:
         """All visible files under ``root`` (recursive), skipping hidden names at any level; paths
-        qualified."""
+        qualified. ``hidden_dirs``, if given, collects the qualified path of every hidden folder
+        found in a visible folder below ``root`` (not ``root``'s own: another table's journal
+        inside this one is found there, at no extra listing)."""
 
     @abstractmethod
     def list_names(self, path: str) -> list[str]:
@@ -107,12 +117,21 @@ class Storage(ABC):
         rows = {p: 0 for p, size in qualified.items() if size == 0}
         todo = sorted(p for p, size in qualified.items() if size != 0)
         if len(todo) <= FOOTER_THREADS:
-            rows.update((p, self.footer_rows(p, file_format)) for p in todo)
+            rows.update((p, self._footer_rows_of_data_file(p, file_format)) for p in todo)
         else:
             with ThreadPoolExecutor(FOOTER_THREADS) as pool:
-                counted = pool.map(lambda p: self.footer_rows(p, file_format), todo)
+                counted = pool.map(lambda p: self._footer_rows_of_data_file(p, file_format), todo)
                 rows.update(zip(todo, counted, strict=True))
         return rows
+
+    def _footer_rows_of_data_file(self, path: str, file_format: str) -> int:
+        """:meth:`footer_rows`, or the error that names a file which is not a data file."""
+        try:
+            return self.footer_rows(path, file_format)
+        except Exception as exc:  # noqa: BLE001 - pyarrow, py4j: any reader's refusal
+            if not self.exists(path):
+                raise  # gone meanwhile: a concurrent writer, which the commit's check reports
+            raise UnreadableFileError(path, file_format, spark_reason(exc)) from None
 
     @abstractmethod
     def parquet_tail(self, path: str, size: int) -> bytes:
@@ -130,9 +149,99 @@ class Storage(ABC):
     def exists(self, path: str) -> bool:
         return self.status(path) is not None
 
+    def removal_problem(self, path: str) -> str | None:
+        """Why the filesystem would refuse to delete (or move away) the file ``path``; None if it
+        would not, or if that cannot be told cheaply (object stores: only the delete tells).
+
+        Asked before a commit point, so that a file the commit must replace is known to go.
+        """
+        local = local_path(self.qualify(path))
+        return local_removal_problem(local) if local is not None else None
+
+    def write_problem(self, folder: str) -> str | None:
+        """Why the filesystem would refuse to create a file in ``folder`` (None: see
+        :meth:`removal_problem`)."""
+        local = local_path(self.qualify(folder))
+        return local_write_problem(local) if local is not None else None
+
+    def real_path(self, path: str) -> str | None:
+        """The path ``path`` resolves to once symbolic links are followed (local files only;
+        None elsewhere, where a path names exactly one object)."""
+        local = local_path(self.qualify(path))
+        return os.path.realpath(local) if local is not None else None
+
     def same_filesystem(self, a: str, b: str) -> bool:
         """True if a rename from ``a`` to ``b`` stays within one filesystem."""
         return _fs_root(self.qualify(a)) == _fs_root(self.qualify(b))
+
+
+# Linux inode flags (chattr): an immutable file cannot be deleted or renamed, even by root; in
+# an append-only folder files can be created but not removed.
+_IMMUTABLE_FL, _APPEND_FL = 0x10, 0x20
+_FS_IOC_GETFLAGS = (2 << 30) | (struct.calcsize("l") << 16) | (ord("f") << 8) | 1  # _IOR('f', 1, long)
+
+
+def _inode_flags(path: str) -> int:
+    """The chattr flags of ``path`` (0 where they cannot be read: not Linux, no permission, a
+    filesystem without them)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return 0
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))[:4], sys.byteorder)
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+def _may_write(folder: str) -> bool:
+    effective = os.access in os.supports_effective_ids
+    return os.access(folder, os.W_OK | os.X_OK, effective_ids=effective)
+
+
+def local_removal_problem(path: str) -> str | None:
+    """Why the OS would refuse to delete or rename the local file ``path`` (None: it would not,
+    or the file is gone): an immutable or append-only file or folder, a folder this process
+    may not write, or a sticky folder (``/tmp``-like) holding another user's file."""
+    folder = os.path.dirname(path) or "."
+    try:
+        st, folder_st = os.lstat(path), os.stat(folder)
+    except OSError:
+        return None
+    if _inode_flags(path) & (_IMMUTABLE_FL | _APPEND_FL):
+        return "the file is immutable or append-only (chattr +i/+a; lsattr shows it)"
+    if _inode_flags(folder) & (_IMMUTABLE_FL | _APPEND_FL):
+        return f"its folder {folder} is immutable or append-only (chattr +i/+a)"
+    if not _may_write(folder):
+        return f"this process (uid {os.geteuid()}) may not write to its folder {folder}"
+    euid = os.geteuid()
+    if folder_st.st_mode & stat.S_ISVTX and euid != 0 and euid not in (st.st_uid, folder_st.st_uid):
+        return (
+            f"its folder {folder} is sticky (chmod +t) and the file belongs to another user "
+            f"(uid {st.st_uid}; this process runs as uid {euid})"
+        )
+    return None
+
+
+def local_write_problem(folder: str) -> str | None:
+    """Why the OS would refuse to create a file in the local folder ``folder`` (created with its
+    parents if missing: the nearest folder that exists decides)."""
+    while not os.path.isdir(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+    if _inode_flags(folder) & _IMMUTABLE_FL:
+        return f"folder {folder} is immutable (chattr +i)"
+    if not _may_write(folder):
+        return f"this process (uid {os.geteuid()}) may not write to folder {folder}"
+    return None
 
 
 def _plainly_qualified_local(path: str) -> bool:
@@ -209,7 +318,7 @@ class HadoopStorage(Storage):
             raise
         return FileInfo(str(st.getPath().toString()), int(st.getLen()), int(st.getModificationTime()))
 
-    def list_data_files(self, root: str) -> list[FileInfo]:
+    def list_data_files(self, root: str, hidden_dirs: list[str] | None = None) -> list[FileInfo]:
         jroot = self._path(root)
         fs = self._fs(jroot)
         jroot = fs.makeQualified(jroot)  # so every listed path comes back qualified
@@ -218,10 +327,13 @@ class HadoopStorage(Storage):
         out: list[FileInfo] = []
         stack = [jroot]
         while stack:
-            for st in fs.listStatus(stack.pop()):
+            here = stack.pop()
+            for st in fs.listStatus(here):
                 jp = st.getPath()
                 path = str(jp.toString())
                 if is_hidden(path.rsplit("/", 1)[-1]):
+                    if hidden_dirs is not None and here is not jroot and st.isDirectory():
+                        hidden_dirs.append(path)
                     continue
                 if st.isDirectory():
                     stack.append(jp)
@@ -265,6 +377,38 @@ class HadoopStorage(Storage):
         jp = self._path(path)
         return bool(self._fs(jp).delete(jp, recursive))
 
+    def removal_problem(self, path: str) -> str | None:
+        """Local files as :meth:`Storage.removal_problem` checks them; on HDFS, write permission
+        on the file's folder (one ``FileSystem.access`` call to the NameNode)."""
+        qualified = self.qualify(path)
+        if local_path(qualified) is not None:
+            return super().removal_problem(qualified)
+        if qualified.split(":", 1)[0].lower() not in PERMISSION_SCHEMES:
+            return None
+        return self.access_problem(str(self._path(qualified).getParent().toString()))
+
+    def write_problem(self, folder: str) -> str | None:
+        qualified = self.qualify(folder)
+        if local_path(qualified) is not None:
+            return super().write_problem(qualified)
+        if qualified.split(":", 1)[0].lower() not in PERMISSION_SCHEMES:
+            return None
+        return self.access_problem(qualified)
+
+    def access_problem(self, folder: str) -> str | None:
+        """Why Hadoop's permission check refuses this user writing in ``folder`` (None: it does
+        not, the folder does not exist yet, or the filesystem cannot tell)."""
+        jp = self._path(folder)
+        write = self._jvm.org.apache.hadoop.fs.permission.FsAction.WRITE
+        try:
+            self._fs(jp).access(jp, write)
+        except Exception as exc:  # noqa: BLE001 - only a refusal is an answer
+            java = getattr(exc, "java_exception", None)
+            if java is not None and "AccessControlException" in str(java.getClass().getName()):
+                return f"this user may not write to its folder {folder} ({java.getMessage()})"
+            return None
+        return None
+
     def create_if_absent(self, path: str, text: str) -> bool:
         qualified = self.qualify(path)
         local = local_path(qualified)
@@ -275,11 +419,11 @@ class HadoopStorage(Storage):
         if fs.exists(jp):
             return False
         tmp = self._path(f"{jp.getParent().toString()}/.{jp.getName()}.{uuid.uuid4().hex}.tmp")
-        self.write_text(str(tmp.toString()), text)
         try:
+            self.write_text(str(tmp.toString()), text)
             return bool(fs.rename(tmp, jp))  # False if the name exists by now
         finally:
-            if fs.exists(tmp):
+            if fs.exists(tmp):  # written in part (a full disk), or not renamed
                 fs.delete(tmp, False)
 
     def write_text(self, path: str, text: str) -> None:
@@ -368,20 +512,27 @@ def _vanished(exc: BaseException) -> bool:
 
 
 def create_local_if_absent(path: str, text: str) -> bool:
-    """Write a private temporary file, then hard-link it into place (atomic, never torn)."""
+    """Write a private temporary file, then hard-link it into place (atomic, never torn).
+
+    The temporary file goes whatever happens, also when writing it fails (a full disk).
+    """
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
     try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
     finally:
-        os.unlink(tmp)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
 
 
 STORAGE_CONF = "spark.rowmerge.storage"  # auto (default), hadoop or arrow
@@ -397,7 +548,7 @@ def storage_for(spark: SparkSession) -> Storage:
     session's JVM, or ``pyarrow.fs`` (:mod:`.storage_arrow`) for a Spark Connect session, which
     has no JVM here. ``spark.rowmerge.storage`` (``auto``, ``hadoop``, ``arrow``) overrides it."""
     from .errors import UnsupportedTableError
-    from .storage_arrow import ArrowStorage
+    from .storage_arrow import ArrowStorage  # its module imports this one
 
     connect = is_connect(spark)
     choice = str(spark.conf.get(STORAGE_CONF, "auto") or "auto").strip().lower()

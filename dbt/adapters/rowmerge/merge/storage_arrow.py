@@ -175,7 +175,7 @@ class ArrowStorage(Storage):
         mtime = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else 0
         return FileInfo(self.qualify(path), int(info.size or 0), int(mtime))
 
-    def list_data_files(self, root: str) -> list[FileInfo]:
+    def list_data_files(self, root: str, hidden_dirs: list[str] | None = None) -> list[FileInfo]:
         fs, p, prefix = self._resolve(root)
         qualified_root = self.qualify(root)
         out: list[FileInfo] = []
@@ -187,9 +187,11 @@ class ArrowStorage(Storage):
             except (FileNotFoundError, NotADirectoryError):
                 continue
             for info in infos:
-                if is_hidden(info.base_name):
-                    continue
                 child = f"{qualified}/{info.base_name}"
+                if is_hidden(info.base_name):
+                    if hidden_dirs is not None and here != p and info.type == pafs.FileType.Directory:
+                        hidden_dirs.append(child)
+                    continue
                 if info.type == pafs.FileType.Directory:
                     stack.append((info.path, child))
                 elif info.type == pafs.FileType.File:

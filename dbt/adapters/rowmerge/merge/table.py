@@ -20,7 +20,7 @@ from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError, spark_reason
-from .sqltext import parse_name, quote, quote_name, sql_string, sql_type
+from .sqltext import display_name, name_key, parse_name, quote, quote_name, sql_string, sql_type
 from .storage import is_connect
 
 SUPPORTED_FORMATS = ("parquet", "orc")
@@ -46,6 +46,19 @@ class TargetTable:
     file_format: str  # parquet | orc
     schema: StructType  # data columns, then partition columns (Spark's order)
     partition_columns: tuple[str, ...]
+    # catalog, database(s), table: the catalog's own full name, whatever name the caller used
+    full_name: tuple[str, ...] = ()
+
+    @property
+    def name_parts(self) -> tuple[str, ...]:
+        """The catalog's full name, or the caller's name split into parts if it gave none."""
+        return self.full_name or parse_name(self.name)
+
+    @property
+    def qualified_name(self) -> str:
+        """The name the journal records: the catalog's, as ``db.t`` (the catalog shown only
+        when it is not the session catalog); the caller's name if the catalog gave none."""
+        return display_name(name_key(self.full_name)) if self.full_name else self.name
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -79,12 +92,18 @@ class Description:
     location: str  # as the catalog stores it ("" for views)
     partition_columns: tuple[str, ...]
     columns: tuple[str, ...]  # names, as the catalog has them now (never a session's cached schema)
+    full_name: tuple[str, ...] = ()  # catalog, namespace..., table (empty if the catalog gave none)
 
 
 def describe_table(spark: SparkSession, ident: str) -> Description:
     """Describe the table ``ident`` (back-quoted SQL name); AnalysisException if it does not exist."""
     text = spark.sql(f"DESCRIBE TABLE EXTENDED {ident} AS JSON").collect()[0][0]
     info: dict[str, Any] = json.loads(text)
+    namespace = info.get("namespace")
+    full_name: tuple[str, ...] = ()
+    if info.get("table_name") and isinstance(namespace, list):
+        full_name = (str(info.get("catalog_name") or ""), *map(str, namespace), str(info["table_name"]))
+        full_name = full_name if full_name[0] else full_name[1:]
     return Description(
         table_type=str(info.get("type") or "").upper(),
         provider=str(info.get("provider") or "").lower(),
@@ -92,6 +111,7 @@ def describe_table(spark: SparkSession, ident: str) -> Description:
         location=str(info.get("location") or ""),
         partition_columns=tuple(str(c) for c in info.get("partition_columns") or ()),
         columns=tuple(str(c.get("name")) for c in info.get("columns") or () if isinstance(c, dict)),
+        full_name=full_name,
     )
 
 
@@ -155,6 +175,7 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
         file_format=file_format,
         schema=schema,
         partition_columns=partition_columns,
+        full_name=described.full_name,
     )
 
 
@@ -210,9 +231,7 @@ def create_changes_table(spark: SparkSession, name: str, schema: StructType) -> 
     A catalog statement, not an empty write: no Spark job. CHAR/VARCHAR columns keep their
     declared type, as the target has it.
     """
-    columns = [
-        (f.name, str(f.metadata.get(CHAR_VARCHAR_KEY) or sql_type(f.dataType))) for f in schema.fields
-    ]
+    columns = [(f.name, str(f.metadata.get(CHAR_VARCHAR_KEY) or sql_type(f.dataType))) for f in schema.fields]
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {sql_name(name)} ({_column_list(columns)}) USING parquet "
         f"PARTITIONED BY ({quote(COMMIT_VERSION)})"
