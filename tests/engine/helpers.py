@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import uuid
@@ -179,3 +180,19 @@ def files_of(spark: SparkSession, name: str, where: str) -> list[str]:
     spark.catalog.refreshTable(name)
     found = spark.table(name).where(where).select("_metadata.file_path").distinct().collect()
     return sorted(unquote(urlparse(r[0]).path) for r in found)
+
+
+def folder_digest(root: str) -> dict[str, str] | None:
+    """Every file under the folder ``root`` (relative path -> sha256), the journal included but
+    not the writer lease (taking the lock is not a change); None if there is no folder."""
+    if not os.path.exists(root):
+        return None
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        if os.path.basename(dirpath) == "_rowmerge_log":
+            dirnames[:] = [d for d in dirnames if d != "lock"]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out

@@ -7,6 +7,7 @@ byte for byte as they were; inputs the engine accepts on purpose produce exactly
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 import uuid
@@ -21,8 +22,10 @@ from pyspark.sql import SparkSession
 from dbt.adapters.rowmerge.merge import (
     CardinalityViolation,
     CastError,
+    JournalError,
     MergeError,
     MergeSpecError,
+    UnreadableFileError,
     UnsupportedTableError,
     run_merge,
     start_history,
@@ -42,6 +45,7 @@ EXTRA_SOURCES: dict[str, tuple[str, list[tuple[Any, ...]]]] = {
     "dup": (DDL, [(1, "A", 10), (1, "B", 11)]),
     "badcast": ("id long, v string, n string", [(1, "A", "abc")]),
     "twice": ("id long, v string, n int, N int", [(1, "A", 10, 11)]),
+    "part": (DDL, [(1, "A", 1), (4, "D", 2)]),
 }
 
 UPDATE_ALL = {"when": "matched", "action": "update", "set": "*"}
@@ -891,8 +895,541 @@ RUNTIME = [
     ),
 ]
 
+# -- places, foreign files and tampered journals (issue 28) -------------------------------------
+#
+# Each setup builds its own tables in the module's database (named after the case); the case
+# watches their folders. External locations live inside the database's folder, so a watched
+# name is a folder there either way.
+
+
+def _db_folder(spark: SparkSession, db: str) -> str:
+    described = spark.sql(f"DESCRIBE DATABASE EXTENDED {db}").collect()
+    return urlparse(next(r[1] for r in described if r[0] == "Location")).path
+
+
+def _external(
+    spark: SparkSession, db: str, name: str, folder: str, ddl: str = "id BIGINT, v STRING, n INT"
+) -> None:
+    spark.sql(f"CREATE TABLE {db}.{name} ({ddl}) USING parquet LOCATION '{_db_folder(spark, db)}/{folder}'")
+
+
+def _journaled(spark: SparkSession, db: str, name: str, changes: str | None = None) -> str:
+    """A managed table ``name`` like the shared target, version 0 written; its folder."""
+    create_table(spark, f"{db}.{name}", DDL, TARGET_FILES)
+    start_history(spark, f"{db}.{name}", "CREATE TABLE", f"{db}.{changes}" if changes else None)
+    return os.path.join(_db_folder(spark, db), name)
+
+
+def _log(folder: str) -> str:
+    return os.path.join(folder, "_rowmerge_log")
+
+
+def _put(path: str, data: bytes | str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
+
+
+def _entry_json(version: int, table: str, **extra: Any) -> str:
+    base: dict[str, Any] = {
+        "format": 1,
+        "version": version,
+        "table": table,
+        "operation": "MERGE",
+        "timestamp": "2026-01-01T00:00:00.000+00:00",
+        "txn": "1-abc",
+        "read_version": version - 1,
+        "added": [],
+        "removed": [],
+        "partitions": [],
+        "new_columns": [],
+        "cdf": None,
+        "metrics": {},
+    }
+    return json.dumps({**base, **extra})
+
+
+def _shared_wide_first(spark: SparkSession, db: str) -> None:
+    _external(spark, db, "sh_wide", "sh_loc", "id BIGINT, v STRING, n INT, w STRING")
+    spark.sql(f"INSERT INTO {db}.sh_wide VALUES (1, 'a', 1, 'keep')")
+    start_history(spark, f"{db}.sh_wide")
+    _external(spark, db, "sh_narrow", "sh_loc")
+
+
+def _shared_narrow_first(spark: SparkSession, db: str) -> None:
+    _external(spark, db, "sn_narrow", "sn_loc")
+    spark.sql(f"INSERT INTO {db}.sn_narrow VALUES (1, 'a', 1)")
+    start_history(spark, f"{db}.sn_narrow")
+    _external(spark, db, "sn_wide", "sn_loc", "id BIGINT, v STRING, n INT, w STRING")
+
+
+def _shared_same_columns(spark: SparkSession, db: str) -> None:
+    """Even with the same columns, a second name on one folder is another table."""
+    _external(spark, db, "ss_one", "ss_loc")
+    spark.sql(f"INSERT INTO {db}.ss_one VALUES (1, 'a', 1)")
+    start_history(spark, f"{db}.ss_one")
+    _external(spark, db, "ss_two", "ss_loc")
+
+
+def _nested_in(depth: int) -> Callable[[SparkSession, str], None]:
+    def setup(spark: SparkSession, db: str) -> None:
+        outer = f"ni{depth}_out"
+        _external(spark, db, f"ni{depth}_outer", outer)
+        spark.sql(f"INSERT INTO {db}.ni{depth}_outer VALUES (1, 'o', 1)")
+        start_history(spark, f"{db}.ni{depth}_outer")
+        inner = "/".join([outer, *["deeper"] * (depth - 1), "inner"])
+        _external(spark, db, f"ni{depth}_inner", inner)
+        spark.sql(f"INSERT INTO {db}.ni{depth}_inner VALUES (1, 'i', 1)")
+
+    return setup
+
+
+def _holding(depth: int) -> Callable[[SparkSession, str], None]:
+    def setup(spark: SparkSession, db: str) -> None:
+        outer = f"nh{depth}_out"
+        inner = "/".join([outer, *["deeper"] * (depth - 1), "inner"])
+        _external(spark, db, f"nh{depth}_inner", inner)
+        spark.sql(f"INSERT INTO {db}.nh{depth}_inner VALUES (1, 'i', 1)")
+        start_history(spark, f"{db}.nh{depth}_inner")
+        _external(spark, db, f"nh{depth}_outer", outer)
+        spark.sql(f"INSERT INTO {db}.nh{depth}_outer VALUES (1, 'o', 1)")
+
+    return setup
+
+
+def _renamed(spark: SparkSession, db: str) -> None:
+    _journaled(spark, db, "rn_old")
+    spark.sql(f"ALTER TABLE {db}.rn_old RENAME TO {db}.rn_new")
+
+
+def _journal_names_other(spark: SparkSession, db: str) -> None:
+    """The newest entry names another table (a journal copied along with the files)."""
+    folder = _journaled(spark, db, "jo")
+    _put(os.path.join(_log(folder), f"{1:020d}.json"), _entry_json(1, f"{db}.elsewhere", operation="FENCE"))
+    _put(os.path.join(_log(folder), f"{1:020d}.applied"), "")
+
+
+def _feed_taken(spark: SparkSession, db: str) -> None:
+    _journaled(spark, db, "ft_owner", changes="ft_changes")
+    _journaled(spark, db, "ft_other")
+
+
+def _feed_owner_file(table: str, content: str) -> Callable[[SparkSession, str], None]:
+    def setup(spark: SparkSession, db: str) -> None:
+        _journaled(spark, db, table, changes=f"{table}_changes")
+        _put(os.path.join(_db_folder(spark, db), f"{table}_changes", "_rowmerge_feed.json"), content)
+
+    return setup
+
+
+def _stray(table: str, rel: str, data: bytes | str, fmt: str = "parquet", journal: bool = True) -> Any:
+    def setup(spark: SparkSession, db: str) -> None:
+        partitioned = rel.startswith("n=")
+        create_table(
+            spark, f"{db}.{table}", DDL, TARGET_FILES, partition_by=["n"] if partitioned else [], fmt=fmt
+        )
+        if journal:
+            start_history(spark, f"{db}.{table}")
+        _put(os.path.join(_db_folder(spark, db), table, rel), data)
+
+    return setup
+
+
+def _orc_bytes(spark: SparkSession) -> bytes:
+    """A real ORC file (what another engine may leave in a Parquet table's folder)."""
+    folder = os.path.join(_db_folder(spark, "default"), f"orc_{uuid.uuid4().hex}")
+    spark.createDataFrame([(1, "a", 1)], DDL).coalesce(1).write.orc(folder)
+    [name] = [n for n in os.listdir(folder) if n.endswith(".orc")]
+    with open(os.path.join(folder, name), "rb") as fh:
+        data = fh.read()
+    import shutil
+
+    shutil.rmtree(folder)
+    return data
+
+
+def _stray_orc(spark: SparkSession, db: str) -> None:
+    _stray("sx_orc", "part-99999-from-hive.orc", _orc_bytes(spark))(spark, db)
+
+
+def _tampered(table: str, files: Callable[[str, str], dict[str, bytes | str]]) -> Any:
+    """A journaled table ``table`` whose log folder gets ``files(folder, db)`` (name -> content)."""
+
+    def setup(spark: SparkSession, db: str) -> None:
+        folder = _journaled(spark, db, table)
+        for name, data in files(folder, db).items():
+            _put(os.path.join(folder, name), data)
+
+    return setup
+
+
+MAX_V = 2**63 - 1
+LOG = "_rowmerge_log/"
+
+
+def _v(version: int, suffix: str = ".json") -> str:
+    return f"{LOG}{version:020d}{suffix}"
+
+
+def _linked_out(spark: SparkSession, db: str) -> None:
+    """An unapplied entry removing a file in `sub`, a link to a folder outside the table."""
+    folder = _journaled(spark, db, "sl")
+    outside = os.path.join(_db_folder(spark, db), "sl_outside")
+    _put(os.path.join(outside, "part-0.parquet"), b"precious")
+    os.symlink(outside, os.path.join(folder, "sub"))
+    removed = [{"path": f"file:{folder}/sub/part-0.parquet", "size": 8, "rows": 1}]
+    _put(os.path.join(folder, _v(1)), _entry_json(1, f"{db}.sl", removed=removed))
+
+
+def _linked_staging(spark: SparkSession, db: str) -> None:
+    folder = _journaled(spark, db, "sg")
+    outside = os.path.join(_db_folder(spark, db), "sg_outside")
+    _put(os.path.join(outside, "part-9.parquet"), b"not ours")
+    staging = os.path.join(_log(folder), "staging", "1-abc")
+    os.makedirs(staging)
+    os.symlink(outside, os.path.join(staging, "data"))
+    added = [
+        {"staged": f"file:{staging}/data/part-9.parquet", "path": f"file:{folder}/part-9.parquet", "size": 8}
+    ]
+    _put(os.path.join(folder, _v(1)), _entry_json(1, f"{db}.sg", added=added))
+
+
+def _symlinked_partition(spark: SparkSession, db: str) -> None:
+    """Not tampering: a partition folder that is a link out of the table."""
+    create_table(spark, f"{db}.sp", DDL, [[(1, "a", 1)], [(2, "b", 2)]], partition_by=["n"])
+    folder = os.path.join(_db_folder(spark, db), "sp")
+    outside = os.path.join(_db_folder(spark, db), "sp_outside")
+    os.rename(os.path.join(folder, "n=1"), outside)
+    os.symlink(outside, os.path.join(folder, "n=1"))
+    start_history(spark, f"{db}.sp")
+
+
+TAMPERED = "cannot be trusted: version 1's entry"
+STRAY = "named like journal files that rowmerge did not write"
+UNREADABLE = "is in a table's folder but cannot be read as"
+OTHER_JOURNAL = "cannot use the journal in"
+
+
+PLACES_FILES_JOURNALS = [
+    # two tables on one folder, tables inside tables, renames
+    case(
+        "shared-location-narrow-into-wide",
+        {"target": "{db}.sh_narrow", "change_data_feed": None},
+        UnsupportedTableError,
+        "{db}.sh_narrow " + OTHER_JOURNAL,
+        "it belongs to table {db}.sh_wide",
+        watch=("sh_loc",),
+        setup=_shared_wide_first,
+    ),
+    case(
+        "shared-location-wide-into-narrow",
+        {"target": "{db}.sn_wide", "change_data_feed": None, **clauses(update({"v": "s.v"}))},
+        UnsupportedTableError,
+        "it belongs to table {db}.sn_narrow",
+        watch=("sn_loc",),
+        setup=_shared_narrow_first,
+    ),
+    case(
+        "shared-location-same-columns",
+        {"target": "{db}.ss_two", "change_data_feed": None},
+        UnsupportedTableError,
+        "it belongs to table {db}.ss_one",
+        "Give each table its own location",
+        watch=("ss_loc",),
+        setup=_shared_same_columns,
+    ),
+    case(
+        "nested-inside-journaled",
+        {"target": "{db}.ni1_inner", "change_data_feed": None},
+        UnsupportedTableError,
+        "{db}.ni1_inner is stored at",
+        "inside the folder of another table that has a journal",
+        watch=("ni1_out",),
+        setup=_nested_in(1),
+    ),
+    case(
+        "nested-inside-journaled-deep",
+        {"target": "{db}.ni3_inner", "change_data_feed": None},
+        UnsupportedTableError,
+        "ni3_out/deeper/deeper/inner, inside the folder of another table",
+        watch=("ni3_out",),
+        setup=_nested_in(3),
+    ),
+    case(
+        "nested-holding-journaled",
+        {"target": "{db}.nh1_outer", "change_data_feed": None},
+        UnsupportedTableError,
+        "holds another table's journal",
+        "nh1_out/inner/_rowmerge_log",
+        watch=("nh1_out",),
+        setup=_holding(1),
+    ),
+    case(
+        "nested-holding-journaled-deep",
+        {"target": "{db}.nh3_outer", "change_data_feed": None},
+        UnsupportedTableError,
+        "holds another table's journal",
+        "nh3_out/deeper/deeper/inner/_rowmerge_log",
+        watch=("nh3_out",),
+        setup=_holding(3),
+    ),
+    case(
+        "renamed-table-not-rebound",
+        {"target": "{db}.rn_new", "change_data_feed": None},
+        UnsupportedTableError,
+        "it belongs to table {db}.rn_old",
+        "rowmerge_rebind --args '{relation: {db}.rn_new}'",
+        watch=("rn_new",),
+        setup=_renamed,
+    ),
+    case(
+        "journal-names-another-table",
+        {"target": "{db}.jo", "change_data_feed": None},
+        UnsupportedTableError,
+        "it belongs to table {db}.elsewhere (version 1 says so)",
+        watch=("jo",),
+        setup=_journal_names_other,
+    ),
+    case(
+        "cdf-of-another-target",
+        {"target": "{db}.ft_other", "change_data_feed": {"table": "{db}.ft_changes"}},
+        UnsupportedTableError,
+        "change_data_feed table {db}.ft_changes already holds the change feed of {db}.ft_owner",
+        watch=("ft_other", "ft_changes", "ft_owner"),
+        setup=_feed_taken,
+    ),
+    case(
+        "cdf-owner-not-json",
+        {"target": "{db}.fo_a", "change_data_feed": {"table": "{db}.fo_a_changes"}},
+        UnsupportedTableError,
+        "_rowmerge_feed.json, which records the table whose change feed it holds, is damaged",
+        "it is not JSON",
+        watch=("fo_a", "fo_a_changes"),
+        setup=_feed_owner_file("fo_a", "{oops"),
+    ),
+    case(
+        "cdf-owner-no-target",
+        {"target": "{db}.fo_b", "change_data_feed": {"table": "{db}.fo_b_changes"}},
+        UnsupportedTableError,
+        "is damaged (it does not name a target)",
+        watch=("fo_b", "fo_b_changes"),
+        setup=_feed_owner_file("fo_b", '{"format": 1, "target": ""}'),
+    ),
+    case(
+        "symlinked-partition-folder",
+        {"target": "{db}.sp", "source": "{db}_src_part", "change_data_feed": None},
+        UnsupportedTableError,
+        "MERGE into {db}.sp refused: it would replace or add",
+        "sp_outside, outside",
+        watch=("sp", "sp_outside"),
+        setup=_symlinked_partition,
+    ),
+    # foreign files in the table's folder
+    case(
+        "stray-csv",
+        {"target": "{db}.sx_csv", "change_data_feed": None},
+        UnreadableFileError,
+        "sx_csv/notes.csv " + UNREADABLE + " parquet data",
+        watch=("sx_csv",),
+        setup=_stray("sx_csv", "notes.csv", "a,b\n1,2\n"),
+    ),
+    case(
+        "stray-csv-first-merge",
+        {"target": "{db}.sx_first", "change_data_feed": None},
+        UnreadableFileError,
+        "sx_first/notes.csv " + UNREADABLE,
+        watch=("sx_first",),
+        setup=_stray("sx_first", "notes.csv", "a,b\n1,2\n", journal=False),
+    ),
+    case(
+        "stray-in-partition-folder",
+        {"target": "{db}.sx_part", "source": "{db}_src_part", "change_data_feed": None},
+        UnreadableFileError,
+        "sx_part/n=1/README " + UNREADABLE,
+        watch=("sx_part",),
+        setup=_stray("sx_part", "n=1/README", "see the wiki"),
+    ),
+    case(
+        "stray-truncated-parquet",
+        {"target": "{db}.sx_trunc", "change_data_feed": None},
+        UnreadableFileError,
+        "sx_trunc/part-99999-copy.snappy.parquet " + UNREADABLE,
+        watch=("sx_trunc",),
+        setup=_stray("sx_trunc", "part-99999-copy.snappy.parquet", b"PAR1\x00\x00\x00"),
+    ),
+    case(
+        "stray-json-data",
+        {"target": "{db}.sx_json", "change_data_feed": None},
+        UnreadableFileError,
+        "sx_json/part-00000.json " + UNREADABLE,
+        watch=("sx_json",),
+        setup=_stray("sx_json", "part-00000.json", '{"id": 1}\n'),
+    ),
+    case(
+        "stray-orc-in-parquet-table",
+        {"target": "{db}.sx_orc", "change_data_feed": None},
+        UnreadableFileError,
+        "sx_orc/part-99999-from-hive.orc " + UNREADABLE,
+        watch=("sx_orc",),
+        setup=_stray_orc,
+    ),
+    case(
+        "stray-csv-in-orc-table",
+        {"target": "{db}.sx_orct", "change_data_feed": None},
+        UnreadableFileError,
+        "sx_orct/notes.csv " + UNREADABLE + " orc data",
+        watch=("sx_orct",),
+        setup=_stray("sx_orct", "notes.csv", "a,b\n1,2\n", fmt="orc"),
+    ),
+    # tampered journals
+    case(
+        "journal-fence-at-largest-version",
+        {"target": "{db}.jm", "change_data_feed": None},
+        JournalError,
+        "{db}.jm cannot take another version: its journal's newest version is " + str(MAX_V),
+        watch=("jm",),
+        setup=_tampered(
+            "jm",
+            lambda folder, db: {
+                _v(MAX_V): _entry_json(MAX_V, f"{db}.jm", operation="FENCE", reason="x"),
+                _v(MAX_V, ".applied"): "",
+            },
+        ),
+    ),
+    case(
+        "journal-entry-past-largest-version",
+        {"target": "{db}.jp", "change_data_feed": None},
+        JournalError,
+        STRAY,
+        f"{MAX_V + 1:020d}.json",
+        watch=("jp",),
+        setup=_tampered("jp", lambda folder, db: {_v(MAX_V + 1): _entry_json(1, f"{db}.jp")}),
+    ),
+    case(
+        "journal-stray-short-entry",
+        {"target": "{db}.js", "change_data_feed": None},
+        JournalError,
+        STRAY + ": 7.json in",
+        watch=("js",),
+        setup=_tampered("js", lambda folder, db: {LOG + "7.json": "{}"}),
+    ),
+    case(
+        "journal-stray-short-applied",
+        {"target": "{db}.ja", "change_data_feed": None},
+        JournalError,
+        STRAY + ": 1.applied in",
+        watch=("ja",),
+        setup=_tampered("ja", lambda folder, db: {LOG + "1.applied": ""}),
+    ),
+    case(
+        "journal-stray-21-digits",
+        {"target": "{db}.j21", "change_data_feed": None},
+        JournalError,
+        STRAY + ": 000000000000000000001.json",
+        watch=("j21",),
+        setup=_tampered("j21", lambda folder, db: {LOG + "000000000000000000001.json": _entry_json(1, "x")}),
+    ),
+    case(
+        "journal-stray-checkpoint-name",
+        {"target": "{db}.jc", "change_data_feed": None},
+        JournalError,
+        STRAY + ": 20.stats.json",
+        watch=("jc",),
+        setup=_tampered("jc", lambda folder, db: {LOG + "20.stats.json": "{}"}),
+    ),
+    case(
+        "journal-entry-not-json",
+        {"target": "{db}.jn", "change_data_feed": None},
+        JournalError,
+        TAMPERED,
+        "is not valid JSON",
+        watch=("jn",),
+        setup=_tampered("jn", lambda folder, db: {_v(1): "{not json"}),
+    ),
+    case(
+        "journal-entry-version-mismatch",
+        {"target": "{db}.jv", "change_data_feed": None},
+        JournalError,
+        TAMPERED,
+        "says it is version 2, but its file is version 1",
+        watch=("jv",),
+        setup=_tampered("jv", lambda folder, db: {_v(1): _entry_json(2, f"{db}.jv")}),
+    ),
+    case(
+        "journal-entry-newer-format",
+        {"target": "{db}.jf", "change_data_feed": None},
+        JournalError,
+        "cannot be read by this release",
+        "entry format 2",
+        watch=("jf",),
+        setup=_tampered("jf", lambda folder, db: {_v(1): _entry_json(1, f"{db}.jf", format=2)}),
+    ),
+    case(
+        "journal-removes-file-of-another-folder",
+        {"target": "{db}.jr", "change_data_feed": None},
+        JournalError,
+        TAMPERED,
+        "which is not a data file of the table",
+        watch=("jr", "t"),
+        setup=_tampered(
+            "jr",
+            lambda folder, db: {
+                _v(1): _entry_json(
+                    1,
+                    f"{db}.jr",
+                    removed=[{"path": f"file:{os.path.dirname(folder)}/t/part-00000.parquet", "size": 1}],
+                )
+            },
+        ),
+    ),
+    case(
+        "journal-adds-with-dot-dot",
+        {"target": "{db}.jd", "change_data_feed": None},
+        JournalError,
+        TAMPERED,
+        "adds added[0]",
+        watch=("jd", "t"),
+        setup=_tampered(
+            "jd",
+            lambda folder, db: {
+                _v(1): _entry_json(
+                    1,
+                    f"{db}.jd",
+                    added=[
+                        {
+                            "staged": f"file:{folder}/_rowmerge_log/staging/1-abc/data/x.parquet",
+                            "path": f"file:{folder}/../t/x.parquet",
+                            "size": 1,
+                        }
+                    ],
+                )
+            },
+        ),
+    ),
+    case(
+        "journal-unapplied-entry-deletes-through-symlink",
+        {"target": "{db}.sl", "change_data_feed": None},
+        JournalError,
+        "Cannot finish version 1 of {db}.sl: it would move or delete 1 file(s) outside",
+        "sl/sub/part-0.parquet",
+        watch=("sl", "sl_outside"),
+        setup=_linked_out,
+    ),
+    case(
+        "journal-staging-through-symlink",
+        {"target": "{db}.sg", "change_data_feed": None},
+        JournalError,
+        "outside their table's folder, through a symbolic link",
+        "staging/1-abc/data/part-9.parquet",
+        watch=("sg", "sg_outside"),
+        setup=_linked_staging,
+    ),
+]
+
 # Slow cases first, so that pytest-xdist spreads them over its workers.
-CATALOGUE = RUNTIME + TABLES + EXPRESSIONS + SPEC_SHAPE + NAMES + FLAGS + CLAUSE_SHAPES
+CATALOGUE = (
+    RUNTIME + PLACES_FILES_JOURNALS + TABLES + EXPRESSIONS + SPEC_SHAPE + NAMES + FLAGS + CLAUSE_SHAPES
+)
 
 
 # -- machinery -----------------------------------------------------------------------------------

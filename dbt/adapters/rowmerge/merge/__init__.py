@@ -20,6 +20,7 @@ from .errors import (
     MergeError,
     MergeSpecError,
     StorageError,
+    UnreadableFileError,
     UnsupportedTableError,
 )
 from .initial import initial_rows
@@ -45,6 +46,7 @@ __all__ = [
     "MergeSpecError",
     "Recovery",
     "StorageError",
+    "UnreadableFileError",
     "UnsupportedTableError",
     "dry_run",
     "history",

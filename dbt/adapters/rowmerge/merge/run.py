@@ -121,12 +121,12 @@ class Commit:
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
     """Merge ``spec['source']`` into ``spec['target']``; see the module doc for the phases."""
     parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
-    with _storage_errors(parsed.target):
+    with _storage_errors(f"MERGE into {parsed.target}"):
         return _run_merge(spark, parsed)
 
 
 @contextmanager
-def _storage_errors(table: str) -> Iterator[None]:
+def _storage_errors(what: str) -> Iterator[None]:
     """A filesystem error (a full disk, a refused write) of the journal, the lock or the
     staging folder, before the commit point, as the MergeError it is: nothing was changed."""
     try:
@@ -135,9 +135,8 @@ def _storage_errors(table: str) -> Iterator[None]:
         raise
     except OSError as exc:
         raise StorageError(
-            f"MERGE into {table} failed: the filesystem refused a write ({spark_reason(exc)}). "
-            "Nothing was changed. Free space or fix the permissions of the table's folder, then "
-            "run the model again."
+            f"{what} failed: the filesystem refused a write ({spark_reason(exc)}). Nothing was "
+            "changed. Free space or fix the permissions of the table's folder, then run again."
         ) from exc
 
 
@@ -145,11 +144,12 @@ def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
     metrics = MergeMetrics()
     with timed(metrics, "executionTimeMs"), without_call_sites():
         journal = _journal(spark, load_target(spark, parsed.target).location)
+        # Before the lock, whose folder would put a journal inside the other table's folder.
+        journal.check_placement(parsed.target)
         with _lock(journal, parsed.target, "MERGE", parsed.lock_timeout_s) as lock:
             # Described only now, under the lock: a writer we waited for, or another
             # session, may have changed the schema (load_target refreshes the relation).
             target = load_target(spark, parsed.target)
-            journal.check_placement(target.name)
             if _recover(spark, journal, lock, target).rolled_forward:
                 target = load_target(spark, parsed.target)  # recovery may have added columns
             plan, source, commit = _prepare(spark, parsed, journal, target, metrics)
@@ -693,9 +693,9 @@ def rebind(
     """
     target = load_target(spark, table_name)
     journal = _journal(spark, target.location)
-    with _storage_errors(table_name), _lock(journal, target.name, "REBIND", lock_timeout_s):
+    journal.check_placement(target.name)
+    with _storage_errors(f"Rebinding {table_name}"), _lock(journal, target.name, "REBIND", lock_timeout_s):
         target = load_target(spark, table_name)
-        journal.check_placement(target.name)
         versions = journal.versions()
         if not versions:
             return {"version": None, "previous": None, "rebound": False, "changes_tables": []}
@@ -758,14 +758,17 @@ def start_history(
     """
     target = load_target(spark, table_name)
     journal = _journal(spark, target.location)
-    with _lock(journal, target.name, operation, lock_timeout_s):
-        forgotten = journal.reset()
+    journal.check_placement(target.name)
+    with _storage_errors(f"{operation} {table_name}"), _lock(journal, target.name, operation, lock_timeout_s):
+        # Everything that can refuse the table runs before its old history is forgotten.
         spark.catalog.refreshTable(target.ident)
         entry = journal.initial_entry(target, operation)
+        if change_data_feed:
+            _check_feed_owner(spark, journal.storage, change_data_feed, target)
+        forgotten = journal.reset()
         journal.write_initial(entry)
         changes_removed = 0
         if change_data_feed:
-            _check_feed_owner(spark, journal.storage, change_data_feed, target)
             changes_removed = drop_changes_table(spark, change_data_feed)
             create_changes_table(spark, change_data_feed, feed_schema(list(target.schema.fields)))
             location = describe_table(spark, sql_name(change_data_feed)).location

@@ -1,0 +1,169 @@
+"""Which table a journal belongs to (journal.py ``check_owner``/``check_placement``, run.py ``rebind``).
+
+A folder's journal describes the files of one catalog table. Two tables with one LOCATION,
+a table inside another's folder, or a table that holds another one would each rewrite or
+count the other's files; a merge refuses all three before anything is written. Names compare
+as the catalog does (``spark_catalog.db.t`` is ``db.t``, letter case aside); a table renamed
+with ``ALTER TABLE ... RENAME`` is rebound explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from dbt.adapters.rowmerge.merge import UnsupportedTableError, history, rebind, start_history
+from tests.engine.helpers import (
+    UPSERT,
+    create_table,
+    folder_digest,
+    merge,
+    rows,
+    source_view,
+    table_dir,
+)
+
+
+def _entry(folder: str, version: int) -> dict:
+    with open(os.path.join(folder, "_rowmerge_log", f"{version:020d}.json")) as fh:
+        return json.load(fh)
+
+
+def test_binding_two_tables_on_one_folder_refuse_each_other(spark, db, tmp_path):
+    """The issue's repro: merging into the narrow table would have made `v` NULL in the wide one."""
+    shared = tmp_path / "shared"
+    spark.sql(f"CREATE TABLE {db}.wide (id BIGINT, n STRING, v STRING) USING parquet LOCATION '{shared}'")
+    spark.sql(f"INSERT INTO {db}.wide VALUES (1, 'a', 'x'), (2, 'b', 'y')")
+    start_history(spark, f"{db}.wide")
+    spark.sql(f"CREATE TABLE {db}.narrow (id BIGINT, n STRING) USING parquet LOCATION '{shared}'")
+    src = source_view(spark, f"{db}_s", "id long, n string", [(1, "A")])
+    before = folder_digest(str(shared))
+
+    with pytest.raises(UnsupportedTableError) as raised:
+        merge(spark, f"{db}.narrow", src, UPSERT)
+    message = str(raised.value)
+    assert f"{db}.narrow cannot use the journal in file:{shared}/_rowmerge_log" in message
+    assert f"it belongs to table {db}.wide (version 0 says so)" in message
+    assert "rowmerge_rebind" in message and "Nothing was changed" in message
+    assert folder_digest(str(shared)) == before
+    assert rows(spark, f"{db}.wide") == [(1, "a", "x"), (2, "b", "y")]
+
+    # The wide table, whose journal it is, merges as usual.
+    wide_src = source_view(spark, f"{db}_w", "id long, n string, v string", [(1, "A", "x2")])
+    merge(spark, f"{db}.wide", wide_src, UPSERT)
+    assert rows(spark, f"{db}.wide") == [(1, "A", "x2"), (2, "b", "y")]
+
+
+def test_binding_names_compare_as_the_catalog_does(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a")]])
+    start_history(spark, f"spark_catalog.{db}.T")
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "b")])
+    merge(spark, t.upper(), src, UPSERT)
+    merge(spark, f"`{db}`.`t`", source_view(spark, f"{db}_s2", "id long, v string", [(1, "c")]), UPSERT)
+    assert rows(spark, t) == [(1, "c")]
+    folder = table_dir(spark, t)
+    # Every version records the catalog's name, whatever name the caller used.
+    assert [_entry(folder, v)["table"] for v in (0, 1, 2)] == [t, t, t]
+
+
+def test_binding_journal_with_an_unqualified_name_still_binds(spark, db):
+    """A journal written by a caller that relied on the current database names only the table."""
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a")]])
+    start_history(spark, t)
+    path = os.path.join(table_dir(spark, t), "_rowmerge_log", f"{0:020d}.json")
+    with open(path) as fh:
+        entry = json.load(fh)
+    entry["table"] = "T"
+    with open(path, "w") as fh:
+        json.dump(entry, fh)
+    merge(spark, t, source_view(spark, f"{db}_s", "id long, v string", [(2, "b")]), UPSERT)
+    assert rows(spark, t) == [(1, "a"), (2, "b")]
+
+
+def test_binding_renamed_table_is_refused_until_rebound(spark, db):
+    old, new = f"{db}.old_name", f"{db}.new_name"
+    create_table(spark, old, "id long, v string", [[(1, "a"), (2, "b")], [(3, "c")]])
+    start_history(spark, old, "CREATE TABLE", f"{old}__changes")
+    merge(
+        spark,
+        old,
+        source_view(spark, f"{db}_s1", "id long, v string", [(1, "A")]),
+        UPSERT,
+        change_data_feed={"table": f"{old}__changes"},
+    )
+    spark.sql(f"ALTER TABLE {old} RENAME TO {new}")
+    src = source_view(spark, f"{db}_s2", "id long, v string", [(2, "B"), (4, "D")])
+    folder = table_dir(spark, new)
+    before = folder_digest(folder)
+
+    with pytest.raises(UnsupportedTableError) as raised:
+        merge(spark, new, src, UPSERT, change_data_feed={"table": f"{old}__changes"})
+    assert f"it belongs to table {old} (version 1 says so)" in str(raised.value)
+    assert f"rowmerge_rebind --args '{{relation: {new}}}'" in str(raised.value)
+    assert folder_digest(folder) == before
+
+    done = rebind(spark, new)
+    assert done == {"version": 2, "previous": old, "rebound": True, "changes_tables": [f"{old}__changes"]}
+    assert rebind(spark, new)["rebound"] is False  # once is enough
+    newest = history(spark, new, limit=1)[0]
+    assert (newest["operation"], newest["applied"]) == ("REBIND", True)
+    rebound = _entry(folder, 2)
+    assert (rebound["table"], rebound["reason"]) == (new, f"renamed from {old}")
+    # It lists the files where they are now, with their statistics (they moved with the folder).
+    assert sorted(f["path"] for f in rebound["added"]) == sorted(
+        f"file:{os.path.join(folder, n)}" for n in os.listdir(folder) if n.endswith(".parquet")
+    )
+    assert all(f["rows"] and f["stats"] for f in rebound["added"])
+
+    result = merge(spark, new, src, UPSERT, change_data_feed={"table": f"{old}__changes"})
+    assert result.version == 3
+    assert rows(spark, new) == [(1, "A"), (2, "B"), (3, "c"), (4, "D")]
+    feed = spark.table(f"{old}__changes")
+    assert sorted((r.id, r.v, r._change_type, r._commit_version) for r in feed.collect()) == [
+        (1, "A", "update_postimage", 1),
+        (1, "a", "update_preimage", 1),
+        (2, "B", "update_postimage", 3),
+        (2, "b", "update_preimage", 3),
+        (4, "D", "insert", 3),
+    ]
+
+
+def test_binding_table_inside_a_journaled_table_is_refused(spark, db, tmp_path):
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "inner"
+    spark.sql(f"CREATE TABLE {db}.o (id BIGINT, n STRING) USING parquet LOCATION '{outer}'")
+    spark.sql(f"INSERT INTO {db}.o VALUES (1, 'o')")
+    start_history(spark, f"{db}.o")
+    spark.sql(f"CREATE TABLE {db}.i (id BIGINT, n STRING) USING parquet LOCATION '{inner}'")
+    spark.sql(f"INSERT INTO {db}.i VALUES (5, 'i')")
+    before = folder_digest(str(outer))
+    src = source_view(spark, f"{db}_s", "id long, n string", [(1, "A"), (5, "I")])
+
+    with pytest.raises(UnsupportedTableError) as raised:
+        merge(spark, f"{db}.i", src, UPSERT)
+    assert f"{db}.i is stored at file:{inner}, inside the folder of another table" in str(raised.value)
+    assert f"({outer.as_uri().replace('file://', 'file:')}/_rowmerge_log)" in str(raised.value)
+    assert folder_digest(str(outer)) == before
+
+
+def test_binding_table_holding_a_journaled_table_is_refused(spark, db, tmp_path):
+    """The outer table's version 0 would have listed the inner table's files and counted its rows."""
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "inner"
+    spark.sql(f"CREATE TABLE {db}.i (id BIGINT, n STRING) USING parquet LOCATION '{inner}'")
+    spark.sql(f"INSERT INTO {db}.i VALUES (5, 'i')")
+    start_history(spark, f"{db}.i")
+    spark.sql(f"CREATE TABLE {db}.o (id BIGINT, n STRING) USING parquet LOCATION '{outer}'")
+    spark.sql(f"INSERT INTO {db}.o VALUES (1, 'o')")
+    before = folder_digest(str(outer))
+    src = source_view(spark, f"{db}_s", "id long, n string", [(1, "A")])
+
+    with pytest.raises(UnsupportedTableError) as raised:
+        merge(spark, f"{db}.o", src, UPSERT)
+    assert f"holds another table's journal (file:{inner}/_rowmerge_log)" in str(raised.value)
+    with pytest.raises(UnsupportedTableError, match="holds another table's journal"):
+        start_history(spark, f"{db}.o")
+    assert folder_digest(str(outer)) == before
+    assert rows(spark, f"{db}.i") == [(5, "i")]
