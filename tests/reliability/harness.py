@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,16 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from dbt.adapters.rowmerge.merge import recover, run_merge, start_history
-from dbt.adapters.rowmerge.merge.journal import Journal
-from dbt.adapters.rowmerge.merge.storage import STORAGE_CONF, HadoopStorage
+from dbt.adapters.rowmerge.merge.journal import APPLIED_SUFFIX, LOG_DIR, STAGING_DIR, Entry, Journal
+from dbt.adapters.rowmerge.merge.storage import (
+    STORAGE_CONF,
+    HadoopStorage,
+    Storage,
+    is_hidden,
+    local_path,
+    storage_for,
+)
+from dbt.adapters.rowmerge.merge.storage_arrow import ArrowStorage
 from dbt.adapters.rowmerge.merge.table import describe_table, register_partitions, sql_name
 from tests.engine.helpers import create_table
 from tests.reliability.victim import MASTER_ENV, STORAGE_ENV
@@ -133,6 +142,23 @@ def create_target(spark: SparkSession, name: str, shape: Shape) -> Table:
     return Table(name, _location(spark, name), f"{name}__changes", _location(spark, f"{name}__changes"))
 
 
+def copy_target(spark: SparkSession, source: Table, name: str, shape: Shape) -> Table:
+    """What :func:`create_target` makes, with the data files copied from ``source`` (a table
+    it made, never merged into) instead of written by a Spark job: the same files, for a
+    fraction of the work when a suite builds many targets of one shape."""
+    parts = f" PARTITIONED BY ({', '.join(shape.partition_by)})" if shape.partition_by else ""
+    spark.sql(f"CREATE TABLE {name} ({shape.ddl}) USING {source.file_format}{parts}")
+    folder, origin = local_path(_location(spark, name)), local_path(source.location)
+    assert folder is not None and origin is not None, "copy_target copies local tables only"
+    # Everything but the journal (start_history writes the copy's own), .crc files included.
+    shutil.copytree(origin, folder, ignore=lambda d, _: [LOG_DIR] if d == origin else [], dirs_exist_ok=True)
+    if shape.partition_by:
+        spark.sql(f"ALTER TABLE {name} RECOVER PARTITIONS")
+    spark.catalog.refreshTable(name)
+    start_history(spark, name, "CREATE TABLE", f"{name}__changes")
+    return Table(name, _location(spark, name), f"{name}__changes", _location(spark, f"{name}__changes"))
+
+
 def spec(shape: Shape, table: Table, source: str, **extra: Any) -> dict[str, Any]:
     return {
         "target": table.name,
@@ -177,8 +203,20 @@ def job(
     }
 
 
+def sort_rows(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``rows`` in the order every State keeps them (a multiset compares equal as a list)."""
+    return sorted(rows, key=lambda t: tuple((v is not None, str(v)) for v in t))
+
+
 def _sorted(df: DataFrame) -> list[tuple[Any, ...]]:
-    return sorted((tuple(r) for r in df.collect()), key=lambda t: tuple((v is not None, str(v)) for v in t))
+    return sort_rows(tuple(r) for r in df.collect())
+
+
+def _columns(shape: Shape) -> list[str]:
+    return [c.split()[0] for c in shape.ddl.split(",")]
+
+
+FEED_COLUMNS = ["_change_type", "_commit_version"]  # what a State keeps of a feed row, beside the data
 
 
 @dataclass(frozen=True)
@@ -197,9 +235,9 @@ class State:
 def observe(spark: SparkSession, table: Table, shape: Shape) -> State:
     spark.catalog.refreshTable(table.name)
     spark.catalog.refreshTable(table.changes)
-    cols = [c.split()[0] for c in shape.ddl.split(",")]
+    cols = _columns(shape)
     folder = spark.read.format(table.file_format).load(table.location).select(*cols)
-    feed_cols = [*cols, "_change_type", "_commit_version"]
+    feed_cols = [*cols, *FEED_COLUMNS]
     feed_files = HadoopStorage(spark).list_data_files(table.changes_location)
     folder_feed = spark.read.parquet(table.changes_location).select(*feed_cols) if feed_files else None
     return State(
@@ -447,3 +485,182 @@ def fault_injection_test(shape_name: str, storage: str = "hadoop") -> Callable[.
     suffix = "" if storage == "hadoop" else f"_on_{storage}_storage"
     test.__name__ = f"test_fault_injection_{shape_name}_every_commit_step{suffix}"
     return test
+
+
+# -- refusals: the storage reports one step of applying a commit as not done ---------------------
+
+APPLIED_STEP = "applied"  # the fault point after the entry's .applied marker is created
+
+
+def _data_file_of(path: str, location: str) -> bool:
+    """True if ``path`` is a data file of the table at ``location`` (no hidden part below it)."""
+    rel = path.removeprefix(location.rstrip("/") + "/")
+    return rel != path and not any(s in ("", ".", "..") or is_hidden(s) for s in rel.split("/"))
+
+
+@dataclass
+class Refusal:
+    """One step of applying a merge committed to the table at ``location``, refused the way
+    Hadoop reports a refusal: the call returns false and nothing happens.
+
+    ``step`` is the step's fault-point name: ``move_<i>`` refuses the i-th rename out of the
+    table's staging folder (apply moves the staged files in entry order, and nothing else
+    renames them), ``delete_<i>`` the i-th delete of a data file of the table (apply deletes the
+    replaced files in entry order, and nothing else deletes a data file), ``applied`` the
+    creation of an ``.applied`` marker in its journal. Calls are told apart by that order and
+    kind, never by file names (a merge makes them up). Once picked, the call's path (a move's
+    source) is refused on every replay too, until :attr:`lifted`.
+    """
+
+    location: str  # the target's, qualified
+    step: str
+    lifted: bool = False
+    path: str | None = None  # the refused call's path (a move's source), once picked
+    refused: int = 0  # calls refused so far
+    seen: int = 0  # candidate calls seen before one was picked
+
+    @property
+    def operation(self) -> str:
+        return "create" if self.step == APPLIED_STEP else self.step.split("_", 1)[0]
+
+    @property
+    def index(self) -> int:
+        return 0 if self.step == APPLIED_STEP else int(self.step.split("_", 1)[1])
+
+    def _candidate(self, operation: str, path: str) -> bool:
+        log = f"{self.location}/{LOG_DIR}"
+        if operation == "move":
+            return path.startswith(f"{log}/{STAGING_DIR}/")
+        if operation == "delete":
+            return _data_file_of(path, self.location)
+        return path.rsplit("/", 1)[0] == log and path.endswith(APPLIED_SUFFIX)
+
+    def refuses(self, operation: str, path: str) -> bool:
+        """True if the storage must refuse this call (``path``: a move's source)."""
+        if self.lifted or operation != self.operation or not self._candidate(operation, path):
+            return False
+        if self.path is None:
+            if self.seen == self.index:
+                self.path = path
+            self.seen += 1
+        if path != self.path:
+            return False
+        self.refused += 1
+        return True
+
+
+class _Refusing:
+    """Mixed into a storage: it applies :attr:`refusal` to rename, delete and create_if_absent."""
+
+    refusal: Refusal
+
+    def rename(self, src: str, dst: str) -> bool:
+        if self.refusal.refuses("move", src):
+            return False
+        return bool(super().rename(src, dst))  # type: ignore[misc]
+
+    def delete(self, path: str, recursive: bool = False) -> bool:
+        if not recursive and self.refusal.refuses("delete", path):
+            return False
+        return bool(super().delete(path, recursive))  # type: ignore[misc]
+
+    def create_if_absent(self, path: str, text: str) -> bool:
+        if self.refusal.refuses("create", path):
+            return False
+        return bool(super().create_if_absent(path, text))  # type: ignore[misc]
+
+
+class RefusingHadoopStorage(_Refusing, HadoopStorage):
+    """Hadoop's storage (a classic session's), refusing one step of an apply."""
+
+
+class RefusingArrowStorage(_Refusing, ArrowStorage):
+    """The pyarrow.fs storage (a Spark Connect client's), refusing one step of an apply."""
+
+
+def refusing_storage_for(refusal: Refusal) -> Callable[[SparkSession], Storage]:
+    """A stand-in for the engine's ``storage_for``: the storage it picks for the session
+    (``spark.rowmerge.storage``), refusing what ``refusal`` picks."""
+
+    def make(spark: SparkSession) -> Storage:
+        storage: RefusingArrowStorage | RefusingHadoopStorage
+        if isinstance(storage_for(spark), ArrowStorage):
+            storage = RefusingArrowStorage.from_conf(spark.conf.getAll)  # type: ignore[assignment]
+        else:
+            storage = RefusingHadoopStorage(spark)
+        storage.refusal = refusal
+        return storage
+
+    return make
+
+
+def rows_of(
+    spark: SparkSession, paths: Sequence[str], root: str, columns: list[str], file_format: str
+) -> list[Any]:
+    """The rows of the files ``paths`` below ``root``, with the partition values their folders
+    give, as a sorted multiset."""
+    if not paths:
+        return []
+    return _sorted(spark.read.format(file_format).option("basePath", root).load(list(paths)).select(*columns))
+
+
+def partition_of(path: str, location: str) -> str:
+    """The partition folder of the data file ``path`` below ``location`` ('' if unpartitioned)."""
+    rel = path.removeprefix(location.rstrip("/") + "/")
+    return rel.rsplit("/", 1)[0] if "/" in rel else ""
+
+
+def stuck_state(
+    spark: SparkSession,
+    table: Table,
+    shape: Shape,
+    entry: Entry,
+    step: str,
+    expected: Expected,
+    partitions_before: set[str],
+) -> State:
+    """What every reader sees while applying ``entry`` (version 1, committed on the pre-merge
+    table) stopped at ``step``, refused: every step before it done, none after it.
+
+    ``partitions_before``: the table's partition folders before the merge (the catalog reads
+    only those until apply registers the new ones). Reads the files the steps done so far left
+    in place: the ones moved, or the replaced ones not deleted yet.
+    """
+    cols = _columns(shape)
+    if step == APPLIED_STEP:  # every file step is done: only the marker is missing
+        return expected.post
+    kind, index = step.split("_", 1)
+    if kind == "delete":
+        # Every new file is in place and registered; the replaced files from this one on are
+        # still there, so their rows are read next to their new versions.
+        left = [f.path for f in entry.removed[int(index) :]]
+        old = rows_of(spark, left, table.location, cols, table.file_format)
+        post = expected.post
+        return State(
+            rows=sort_rows(post.rows + old),
+            folder_rows=sort_rows(post.folder_rows + old),
+            changes=post.changes,
+            folder_changes=post.folder_changes,
+        )
+    assert kind == "move", step
+    # Files move in before any partition is registered and any replaced file goes, so a
+    # reader sees the pre-merge rows plus those of the files moved so far: a plain read of the
+    # folders all of them, the catalog those in partitions it already had. The change table's
+    # new partition is not registered yet: through the catalog the feed is as before.
+    moved = entry.moves()[: int(index)]
+    added = {f.path for f in entry.added}
+    data = [f.path for f in moved if f.path in added]
+    known = [p for p in data if partition_of(p, table.location) in partitions_before]
+    seen = rows_of(spark, known, table.location, cols, table.file_format)
+    unseen = rows_of(spark, [p for p in data if p not in known], table.location, cols, table.file_format)
+    feed = [f.path for f in moved if f.path not in added]
+    pre = expected.pre
+    return State(
+        rows=sort_rows(pre.rows + seen),
+        folder_rows=sort_rows(pre.folder_rows + seen + unseen),
+        changes=pre.changes,
+        folder_changes=sort_rows(
+            pre.folder_changes
+            + rows_of(spark, feed, table.changes_location, [*cols, *FEED_COLUMNS], "parquet")
+        ),
+    )
