@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField
 
 from dbt.adapters.rowmerge.merge import ConcurrentMergeError, MergeSpecError, history, run_merge
 from dbt.adapters.rowmerge.merge import run as run_module
 from dbt.adapters.rowmerge.merge.errors import CastError
+from dbt.adapters.rowmerge.merge.outputs import checked_cast
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -281,3 +285,210 @@ def test_schema_column_added_while_the_merge_runs_aborts_it(spark, db, monkeypat
     )
     assert file_snapshot(spark, t) == before
     assert rows(spark, t) == [(1, "a", None), (2, "b", None)]
+
+
+# -- casts inside structs, arrays and maps (outputs.checked_cast, plan._cast_to) --------------
+
+NESTED = "id long, k struct<a:int,b:string>, arr array<int>, m map<int,bigint>"
+NESTED_ROW = (1, (1, "x"), [1], {1: 1})
+
+
+def _set(**values: str) -> list[dict]:
+    return [{"when": "matched", "action": "update", "set": values}]
+
+
+@pytest.mark.parametrize(
+    "values, fragment",
+    [
+        ({"k": "named_struct('a', s.v, 'b', 'q')"}, "column 'k' field 'a' (int), value 'zz'"),
+        ({"arr": "array(1, s.v)"}, "column 'arr' element (int), value 'zz'"),
+        ({"m": "map(2, s.v)"}, "column 'm' value (bigint), value 'zz'"),
+        ({"m": "map(s.v, 2)"}, "column 'm' key (int), value 'zz'"),
+        ({"m": "map('1', 1, '01', 2)"}, "column 'm' key (int): two keys cast to the same key"),
+    ],
+    ids=["struct-field", "array-element", "map-value", "map-key", "map-keys-collide"],
+)
+def test_cast_nested_value_that_does_not_fit_raises_cast_error_naming_the_path(spark, db, values, fragment):
+    t = f"{db}.t"
+    create_table(spark, t, NESTED, [[NESTED_ROW, (2, (2, "y"), [2], {2: 2})]])
+    before = table_state(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "zz")])
+    with pytest.raises(CastError) as info:
+        merge(spark, t, src, _set(**values))
+    msg = str(info.value)
+    assert f"MERGE into {t} failed" in msg and fragment in msg, msg
+    assert table_state(spark, t) == before
+    assert history(spark, t) == []
+
+
+def test_cast_nested_value_that_does_not_fit_in_an_insert_raises_cast_error(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, ks array<struct<a:int,b:string>>", [[(1, [(1, "x")])]])
+    before = table_state(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "5"), (2, "zz")])
+    clauses = [
+        {
+            "when": "not_matched",
+            "action": "insert",
+            "values": {"id": "s.id", "ks": "array(named_struct('b', 'q', 'a', s.v))"},
+        }
+    ]
+    with pytest.raises(CastError) as info:
+        merge(spark, t, src, clauses)
+    assert "column 'ks' element field 'a' (int), value 'zz'" in str(info.value)
+    assert table_state(spark, t) == before
+
+
+def test_cast_nested_values_at_every_depth_and_nulls_stay_null(spark, db):
+    t = f"{db}.t"
+    schema = "id long, k struct<a:int,b:array<int>>, m map<int,array<bigint>>"
+    create_table(spark, t, schema, [[(i, (0, [0]), {0: [0]}) for i in range(1, 6)]])
+    src = source_view(
+        spark,
+        f"{db}_src",
+        "id long, k struct<a:string,b:array<string>>, m map<string,array<string>>",
+        [
+            (1, ("1", ["2", None, "3"]), {"4": ["5", None]}),
+            (2, None, None),  # a NULL struct and a NULL map stay NULL
+            (3, (None, None), {"6": None}),  # a NULL field, array and map value stay NULL
+            (4, ("7", []), {}),
+            (6, ("8", ["9"]), {"10": ["11"]}),  # inserted
+        ],
+    )
+    result = merge(spark, t, src, UPSERT)
+    assert [(r[0], r[1] and tuple(r[1]), r[2]) for r in rows(spark, t)] == [
+        (1, (1, [2, None, 3]), {4: [5, None]}),
+        (2, None, None),
+        (3, (None, None), {6: None}),
+        (4, (7, []), {}),
+        (5, (0, [0]), {0: [0]}),
+        (6, (8, [9]), {10: [11]}),
+    ]
+    assert (result.metrics["numTargetRowsUpdated"], result.metrics["numTargetRowsInserted"]) == (4, 1)
+
+
+def test_cast_struct_fields_resolved_by_name_in_any_order_and_letter_case(spark, db):
+    t = f"{db}.t"
+    create_table(
+        spark, t, "id long, k struct<a:int,b:string>", [[(1, (1, "x")), (2, (2, "y")), (3, (3, "z"))]]
+    )
+    src = source_view(
+        spark,
+        f"{db}_src",
+        "id long, k struct<B:string,a:long>",  # `set *`: the same fields, other order and case
+        [(1, ("q", 5)), (4, ("w", 6))],
+    )
+    merge(spark, t, src, UPSERT)
+    # Source row 1 matches target row 2; source row 4 matches none (and nothing is inserted).
+    merge(spark, t, src, _set(k="named_struct('b', 'r', 'A', s.id * 10)"), on="t.id = s.id + 1")
+    assert {r[0]: r[1].asDict() for r in rows(spark, t)} == {
+        1: {"a": 5, "b": "q"},
+        2: {"a": 10, "b": "r"},
+        3: {"a": 3, "b": "z"},
+        4: {"a": 6, "b": "w"},
+    }
+    # The files hold the column's own field names (readers that match names exactly see them).
+    for path in file_snapshot(spark, t):
+        k = pq.read_schema(path).field("k").type
+        assert [k.field(i).name for i in range(k.num_fields)] == ["a", "b"], path
+
+
+def test_cast_struct_fields_that_do_not_match_by_name_raise_spec_error(spark, db):
+    t = f"{db}.t"
+    create_table(
+        spark, t, "id long, k struct<a:int,b:string>, ks array<struct<a:int,b:string>>", [[(1, (1, "x"), [])]]
+    )
+    before = table_state(spark, t)
+    src = source_view(
+        spark, f"{db}_src", "id long, k struct<a:int,c:string>, ks array<struct<a:int>>", [(1, (1, "y"), [])]
+    )
+    with pytest.raises(MergeSpecError) as info:
+        merge(
+            spark,
+            t,
+            src,
+            [
+                {
+                    "when": "matched",
+                    "condition": "s.id > 5",
+                    "action": "update",
+                    "set": {"k": "named_struct('a', 1)"},
+                },
+                {
+                    "when": "matched",
+                    "condition": "s.id > 4",
+                    "action": "update",
+                    "set": {"k": "named_struct('a', 1, 'b', 'x', 'c', 2)"},
+                },
+                {
+                    "when": "matched",
+                    "condition": "s.id > 3",
+                    "action": "update",
+                    "set": {"k": "named_struct('a', 1, 'B', 'x', 'b', 'y')"},
+                },
+                {"when": "matched", "action": "update", "set": "*"},
+            ],
+        )
+    hint = "Struct fields are matched by name, in any order"
+    assert info.value.problems == [
+        "clauses[0] (when: matched, action: update): value (named_struct('a', 1)): column 'k' has struct "
+        f"fields (a, b) but the value has (a): missing b. {hint}: give the value's structs exactly the "
+        "column's field names (e.g. named_struct('name', value, ...)), or change the column's type",
+        "clauses[1] (when: matched, action: update): value (named_struct('a', 1, 'b', 'x', 'c', 2)): column "
+        f"'k' has struct fields (a, b) but the value has (a, b, c): not in the column: c. {hint}: give the "
+        "value's structs exactly the column's field names (e.g. named_struct('name', value, ...)), or "
+        "change the column's type",
+        "clauses[2] (when: matched, action: update): value (named_struct('a', 1, 'B', 'x', 'b', 'y')): "
+        "column 'k' has struct fields (a, b) but the value has (a, B, b): names that differ only in letter "
+        f"case: B, b. {hint}: give the value's structs exactly the column's field names (e.g. "
+        "named_struct('name', value, ...)), or change the column's type",
+        "clauses[3] (when: matched, action: update): value (s.k): column 'k' has struct fields (a, b) but "
+        f"the value has (a, c): missing b; not in the column: c. {hint}: give the value's structs exactly "
+        "the column's field names (e.g. named_struct('name', value, ...)), or change the column's type",
+        "clauses[3] (when: matched, action: update): value (s.ks): column 'ks' element has struct fields "
+        f"(a, b) but the value has (a): missing b. {hint}: give the value's structs exactly the column's "
+        "field names (e.g. named_struct('name', value, ...)), or change the column's type",
+    ]
+    assert table_state(spark, t) == before
+
+
+def test_cast_struct_field_names_in_other_letter_case_refused_when_case_sensitive(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, k struct<a:int,b:string>", [[(1, (1, "x"))]])
+    before = table_state(spark, t)
+    src = source_view(spark, f"{db}_src", "id long", [(1,)])
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        with pytest.raises(MergeSpecError) as info:
+            merge(spark, t, src, _set(k="named_struct('A', 1, 'b', 'x')"))
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+    assert (
+        "column 'k' has struct fields (a, b) but the value has (A, b): missing a; not in the column: A"
+        in str(info.value)
+    )
+    assert table_state(spark, t) == before
+
+
+def test_cast_nested_part_that_cannot_be_cast_at_all_raises_spec_error_naming_it(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, k struct<a:int,b:string>", [[(1, (1, "x"))]])
+    before = table_state(spark, t)
+    src = source_view(spark, f"{db}_src", "id long", [(1,)])
+    with pytest.raises(MergeSpecError) as info:
+        merge(spark, t, src, _set(k="named_struct('b', 'x', 'a', array(1))"))
+    assert info.value.problems == [
+        "clauses[0] (when: matched, action: update): value (named_struct('b', 'x', 'a', array(1))) of type "
+        "struct<b:string,a:array<int>> cannot be cast to column 'k' of type struct<a:int,b:string> (column "
+        "'k' field 'a': array<int> cannot be cast to int)"
+    ]
+    assert table_state(spark, t) == before
+
+
+def test_cast_value_of_the_column_type_is_left_as_it_is(spark):
+    """The common path: a value whose type is the column's gets no cast and no check at all."""
+    dtype = spark.createDataFrame([], "k struct<a:int,b:array<map<string,int>>>").schema["k"].dataType
+    value = F.col("s.k")
+    assert checked_cast(value, dtype, StructField("k", dtype), "s.k") is value
+    inner = spark.createDataFrame([], "k struct<a:int,b:array<map<string,bigint>>>").schema["k"].dataType
+    assert checked_cast(value, inner, StructField("k", dtype), "s.k") is not value

@@ -1,4 +1,5 @@
-"""Invalid merges fail before anything runs and leave the target exactly as it was."""
+"""Invalid merges fail before anything runs and leave the target exactly as it was (and what
+looks invalid but is not: a source that is itself non-deterministic)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from dbt.adapters.rowmerge.merge import MergeSpecError, UnsupportedTableError, history, run_merge
+from dbt.adapters.rowmerge.merge import (
+    MergeSpecError,
+    UnsupportedTableError,
+    history,
+    run_merge,
+    start_history,
+)
 from tests.engine.helpers import create_table, merge, source_view, table_state
 
 STAR_UPDATE = {"when": "matched", "action": "update", "set": "*"}
@@ -217,4 +224,61 @@ def test_spec_reserved_prefix_source_column_raises(spark, db):
     with pytest.raises(MergeSpecError) as info:
         merge(spark, t, src, [STAR_UPDATE])
     assert "source column(s) __rowmerge_src use the reserved prefix __rowmerge_" in str(info.value)
+    assert table_state(spark, t) == before
+
+
+def _uuid_source(spark, db) -> str:
+    """A source view whose `v` is uuid(): every evaluation of the view gives other values."""
+    name = f"{db}_uuid_src"
+    spark.range(1, 5).selectExpr("id", "uuid() AS v", "CAST(id AS INT) AS n").createOrReplaceTempView(name)
+    return name
+
+
+def test_spec_non_deterministic_source_merges_its_rows_once_into_table_and_feed(spark, db):
+    # Only `on` and the clauses must be repeatable: the source is materialized once, so the
+    # rows written and the change rows carry the very same uuid() values.
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string, n int", [[(1, "a", 1), (2, "b", 2)], [(3, "c", 3)]])
+    start_history(spark, t, "CREATE TABLE", f"{t}__changes")
+    src = _uuid_source(spark, db)
+    result = merge(
+        spark,
+        t,
+        src,
+        [
+            {"when": "matched", "condition": "s.n > 1", "action": "update", "set": {"v": "s.v"}},
+            STAR_INSERT,
+        ],
+        change_data_feed={"table": f"{t}__changes"},
+    )
+    assert (result.metrics["numTargetRowsUpdated"], result.metrics["numTargetRowsInserted"]) == (2, 1)
+    table = {r["id"]: r["v"] for r in spark.table(t).collect()}
+    assert table[1] == "a" and all(len(table[i]) == 36 for i in (2, 3, 4)) and len(set(table.values())) == 4
+    spark.catalog.refreshTable(f"{t}__changes")
+    feed = sorted((r["id"], r["_change_type"], r["v"]) for r in spark.table(f"{t}__changes").collect())
+    assert feed == [
+        (2, "update_postimage", table[2]),
+        (2, "update_preimage", "b"),
+        (3, "update_postimage", table[3]),
+        (3, "update_preimage", "c"),
+        (4, "insert", table[4]),
+    ]
+
+
+def test_spec_non_deterministic_condition_over_non_deterministic_source_names_the_condition(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string, n int", [[(1, "a", 1)]])
+    before = table_state(spark, t)
+    src = _uuid_source(spark, db)
+    with pytest.raises(MergeSpecError) as info:
+        merge(
+            spark,
+            t,
+            src,
+            [{"when": "matched", "condition": "rand() > 0.5", "action": "update", "set": {"v": "s.v"}}],
+        )
+    assert info.value.problems == [
+        "clauses[0] (when: matched, action: update) condition (rand() > 0.5) is non-deterministic; "
+        "conditions and values must be repeatable"
+    ]
     assert table_state(spark, t) == before

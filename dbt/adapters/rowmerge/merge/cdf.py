@@ -26,7 +26,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from pyspark.sql.utils import AnalysisException
 
 from .errors import MergeSpecError, UnsupportedTableError, spark_reason
-from .outputs import FILE, ROW, output_value, q, updates
+from .outputs import FILE, ROW, old_value, output_value, q
 from .plan import MergePlan
 from .rewrite import StagedFile, inserted_rows, staged_files, touched_join
 from .scan import ScanResult
@@ -157,22 +157,21 @@ def _touched_changes(
 ) -> DataFrame:
     """Pre/post images of acting updates and deleted rows of the touched files."""
     tj = touched_join(spark, plan, source, touched)
-    m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
     updated, deleted = tj.acts("update"), tj.acts("delete")
-
-    acts = updates(plan, m_idx, b_idx)
 
     def image(kind: str, new: bool) -> Any:
         values = [
-            (output_value(f.name, acts) if new else acts.old[f.name]).alias(f.name)
+            (output_value(plan, f.name) if new else old_value(plan, f.name)).alias(f.name)
             for f in plan.output_fields
         ]
         return F.struct(*values, F.lit(kind).alias(CHANGE_TYPE))
 
-    images = F.when(updated, F.array(image(PREIMAGE, False), image(POSTIMAGE, True))).otherwise(
-        F.array(image(DELETE, False))
+    # NULL (no change row) where no update or delete acts. Not a filter: Spark would push it
+    # below the projection that decides the clause and evaluate that decision there again.
+    images = F.when(updated, F.array(image(PREIMAGE, False), image(POSTIMAGE, True))).when(
+        deleted, F.array(image(DELETE, False))
     )
-    out = tj.rows.where(updated | deleted).select(
+    out = tj.rows.select(
         F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE),
         F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW),
         F.explode(images).alias("c"),

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from .errors import ConstraintViolation
 from .journal import utc_now
-from .outputs import NO_ACTION, action_index, insert_values, written_key_sample
+from .outputs import inserts, written_key_sample
 from .plan import MergePlan, build_plan
 from .source import read_source
 from .spec import MergeSpec
@@ -68,8 +68,7 @@ def initial_rows(spark: SparkSession, spec: MergeSpec) -> DataFrame:
         # would create nothing, and later merges would have no row to act on. Load them all.
         rows = source
     else:
-        nm_idx = action_index(plan.not_matched)
-        rows = source.alias(plan.sa).where(nm_idx != NO_ACTION).select(*insert_values(plan, nm_idx))
+        rows = inserts(plan, source.alias(plan.sa))
     _check_constraints(plan, rows)
     return rows
 

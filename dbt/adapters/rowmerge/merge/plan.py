@@ -1,32 +1,44 @@
 """Phase 4: resolve the validated spec against the schemas into Spark column expressions.
 
 Decides, per clause, the condition and the new value of every output column (``*``
-resolved by name, every value cast to the target type), and what the ``on`` condition lets
-the scan prune. Every problem that needs the schemas — unknown columns, a not_matched
-clause reading the target, a non-boolean or non-deterministic condition, an aggregate or
-window function, a subquery, an impossible cast — is collected and raised once here,
+resolved by name, every value cast to the target type, struct fields matched by name at any
+depth), and what the ``on`` condition lets the scan prune. Every problem that needs the
+schemas — unknown columns, a not_matched clause reading the target, a non-boolean or
+non-deterministic condition, an aggregate or window function, a subquery, struct fields
+that do not match the column's, an impossible cast — is collected and raised once here,
 before any data is read. What the resolved plan computes on each joined row (which clause
 acts, the values it writes) is built by :mod:`.outputs`.
 
 Scan, rewrite and change feed evaluate these expressions in separate Spark jobs, so every
 expression must give the same value in each: non-deterministic ones are rejected, and
-``current_timestamp()`` and its relatives are pinned to the merge's commit time.
+``current_timestamp()`` and its relatives are pinned to the merge's commit time. The source
+itself may be non-deterministic (a column computed by ``uuid()``): it is materialized once,
+so only the expressions of ``on`` and of the clauses are checked, not the plans they read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, DataType, NullType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    MapType,
+    NullType,
+    StructField,
+    StructType,
+)
 from pyspark.sql.utils import AnalysisException
 
 from . import plan_connect
 from .errors import MergeSpecError, spark_reason
-from .outputs import PREFIX, as_stored, char_limit, checked_cast, q
+from .outputs import PREFIX, as_stored, char_limit, checked_cast, field_mismatches, match_fields, q
 from .spec import Clause, Constraint, MergeSpec
 from .sqltext import UnpinnableTime, pin_time, shorten
 from .table import TargetTable
@@ -66,6 +78,8 @@ class MergePlan:
     # first run only: (clause kind, expression, Spark's reason) of expressions left unresolved,
     # because they read a column the model does not select yet (see build_plan)
     deferred: list[tuple[str, str, str]] = field(default_factory=list)
+    # output expressions built once per merge and shared by its phases (see outputs._built)
+    memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ta(self) -> str:
@@ -101,6 +115,7 @@ def build_plan(
         commit_time=commit_time,
         column_names=[*source.columns, *target_df.columns],
         output_fields=_output_fields(target, new_fields),
+        case_sensitive=_case_sensitive(source.sparkSession),
     )
     _check_source_names(r)
     s_ctx, t_ctx = source.alias(spec.source_alias), target_df.alias(spec.target_alias)
@@ -142,8 +157,23 @@ class _Resolution:
     commit_time: datetime
     column_names: list[str]  # source and target columns: a bare name that is a column is not a call
     output_fields: list[StructField]
+    case_sensitive: bool = False  # spark.sql.caseSensitive: how names (struct fields too) match
     problems: list[str] = field(default_factory=list)
     deferred: list[tuple[str, str, str]] = field(default_factory=list)
+    # (kind of clause, pinned text) -> column and type, for expressions checked in one batch
+    checked: dict[tuple[str, str], tuple[Column, DataType]] = field(default_factory=dict)
+    casts: list[_Cast] = field(default_factory=list)  # casts whose analysis is pending
+
+
+@dataclass(frozen=True)
+class _Cast:
+    """A checked cast to analyse with the others of its frame (see :func:`_check_casts`);
+    its problem, if Spark cannot cast it, goes at ``position`` of the problems."""
+
+    frame: DataFrame
+    checked: Column
+    position: int
+    problem: Callable[[], str]
 
 
 @dataclass(frozen=True)
@@ -195,8 +225,7 @@ def _check_source_names(r: _Resolution) -> None:
     for c in source.columns:
         by_lower.setdefault(c.lower(), []).append(c)
     twins = [names for names in by_lower.values() if len(names) > 1]
-    case_sensitive = str(source.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
-    if twins and not case_sensitive and any(c.star for c in r.spec.clauses):
+    if twins and not r.case_sensitive and any(c.star for c in r.spec.clauses):
         shown = "; ".join(", ".join(names) for names in twins)
         r.problems.append(
             f"the source has columns whose names differ only in letter case ({shown}); Spark matches "
@@ -227,7 +256,7 @@ def _resolve_on(r: _Resolution, s_ctx: DataFrame, t_ctx: DataFrame) -> tuple[str
         on_col = F.expr(on_text)
         joined = s_ctx.join(t_ctx, on_col, "inner")
         joined.schema  # noqa: B018 -- analyses it now (Spark Connect analyses lazily)
-        if not _deterministic_plan(joined):
+        if not _deterministic_top(joined):
             r.problems.append(
                 f"`on` ({shorten(on)}) is non-deterministic; a merge condition must be repeatable"
             )
@@ -279,11 +308,25 @@ def _scope(
 
 
 def _resolve_clauses(r: _Resolution, scopes: dict[str, _Scope]) -> dict[str, list[ResolvedClause]]:
-    """Every clause of the spec, in order, grouped by kind (matched, not_matched, not_matched_by_source)."""
+    """Every clause of the spec, in order, grouped by kind (matched, not_matched, not_matched_by_source).
+
+    Spark analyses the expressions of each kind, and then the casts of their values, in one
+    batch (a merge may have hundreds of clauses, and each analysis costs a round trip and a
+    pass over the plan); only when a batch fails is each expression analysed alone, to name
+    the ones at fault in the order of the spec.
+    """
+    for kind, scope in scopes.items():
+        texts = []
+        for c in r.spec.clauses:
+            if c.when == kind:
+                texts += [c.condition] if c.condition is not None else []
+                texts += [text for _, text in c.assignments or ()]
+        _check_batch(r, scope, texts)
     resolved: dict[str, list[ResolvedClause]] = {kind: [] for kind in scopes}
     for clause in r.spec.clauses:
         same_kind = resolved[clause.when]
         same_kind.append(_resolve_clause(r, clause, len(same_kind), scopes[clause.when]))
+    _check_casts(r)
     return resolved
 
 
@@ -399,6 +442,56 @@ def _listed_values(
     return values
 
 
+def _check_batch(r: _Resolution, scope: _Scope, texts: list[str]) -> None:
+    """Analyse ``texts`` (the conditions and values of one kind of clause) in one select over
+    the scope's frame; record each as checked if the batch resolves, adds no aggregate, window,
+    generator or subquery, and the expression is deterministic. Anything else is left to
+    :func:`_check_expression`, which analyses it alone and names the problem."""
+    pinned = []
+    for text in dict.fromkeys(texts):
+        try:
+            pinned.append(pin_time(text, r.commit_time, r.column_names))
+        except UnpinnableTime:
+            continue  # reported by _check_expression
+    if not pinned:
+        return
+    try:
+        cols = [F.expr(text) for text in pinned]
+        probe = scope.frame.select(*cols)  # read by position: names may repeat
+        types = [f.dataType for f in probe.schema.fields]
+    except Exception:  # one of them does not resolve (or parse)
+        return
+    if _added_node(probe, scope.base_nodes) is not None:
+        return
+    for text, col, dtype, ok in zip(pinned, cols, types, _plain_each(scope.frame, cols, probe), strict=True):
+        if ok:
+            r.checked[(scope.kind, text)] = (col, dtype)
+
+
+def _check_casts(r: _Resolution) -> None:
+    """Analyse the pending casts (:func:`_cast_to`) in one select per frame; where that fails,
+    each alone, and record the problem of each one Spark cannot do at its place in the list."""
+    failed: list[tuple[int, int, _Cast]] = []
+    groups: dict[int, list[_Cast]] = {}
+    for cast in r.casts:
+        groups.setdefault(id(cast.frame), []).append(cast)
+    for group in groups.values():
+        frame = group[0].frame
+        try:
+            frame.select(*[c.checked for c in group]).schema  # noqa: B018
+            continue
+        except AnalysisException:
+            pass
+        for cast in group:
+            try:
+                frame.select(cast.checked).schema  # noqa: B018
+            except AnalysisException:
+                failed.append((cast.position, r.casts.index(cast), cast))
+    for position, _, cast in sorted(failed, key=lambda f: (f[0], f[1]), reverse=True):
+        r.problems.insert(position, cast.problem())
+    r.casts.clear()
+
+
 def _check_expression(
     r: _Resolution, scope: _Scope, text: str, what: str, boolean: bool
 ) -> tuple[Column, DataType] | None:
@@ -410,6 +503,13 @@ def _check_expression(
     expr_text = _pinned(r, text, what)
     if expr_text is None:
         return None
+    batched = r.checked.get((scope.kind, expr_text))
+    if batched is not None:  # resolved, row by row and deterministic (see _check_batch)
+        if boolean and not isinstance(batched[1], (BooleanType, NullType)):
+            r.problems.append(
+                f"{what} ({shorten(text)}) must be a boolean expression, got {batched[1].simpleString()}"
+            )
+        return batched
     try:
         col = F.expr(expr_text)
         probe = scope.frame.select(col.alias("v"))
@@ -454,20 +554,58 @@ def _cast_to(
 ) -> Column:
     """``col`` as a value of column ``fld``: unchanged if the types agree, else a checked cast.
 
-    A cast Spark cannot do at all is a problem here; a value that does not fit fails the
-    job when it is written (:func:`.outputs.checked_cast`).
+    Struct fields are matched by name at every depth, so a struct of the value whose field
+    names are not the column's (missing, extra or other names) is a problem here, as is a
+    part Spark cannot cast at all (found by :func:`_check_casts`); a value that does not fit
+    fails the job when it is written (:func:`.outputs.checked_cast`).
     """
     if src_type == fld.dataType and char_limit(fld) is None:
         return col
-    try:
-        frame.select(col.cast(fld.dataType)).schema  # noqa: B018 -- analysed now (Connect is lazy)
-    except AnalysisException:
+    where = f"column '{fld.name}'"
+    mismatched = field_mismatches(src_type, fld.dataType, where, r.case_sensitive)
+    if mismatched:
         r.problems.append(
-            f"{what}: value ({shorten(text)}) of type {src_type.simpleString()} cannot be cast to "
-            f"column '{fld.name}' of type {fld.dataType.simpleString()}"
+            f"{what}: value ({shorten(text)}): {'; '.join(mismatched)}. Struct fields are matched by "
+            "name, in any order: give the value's structs exactly the column's field names (e.g. "
+            "named_struct('name', value, ...)), or change the column's type"
         )
         return col
-    return checked_cast(col, src_type, fld, text)
+    checked = checked_cast(col, src_type, fld, text, r.case_sensitive)
+
+    def problem() -> str:
+        part = _uncastable_part(frame, src_type, fld.dataType, where, r.case_sensitive)
+        return (
+            f"{what}: value ({shorten(text)}) of type {src_type.simpleString()} cannot be cast to "
+            f"column '{fld.name}' of type {fld.dataType.simpleString()}" + (f" ({part})" if part else "")
+        )
+
+    # Analysed with the other casts of the clauses (see _resolve_clauses).
+    r.casts.append(_Cast(frame, checked, len(r.problems), problem))
+    return checked
+
+
+def _uncastable_part(
+    frame: DataFrame, src: DataType, dst: DataType, where: str, case_sensitive: bool
+) -> str | None:
+    """The first field, element, key or value of a nested value that Spark cannot cast to its
+    part of the column, described for a message; None if that is the value as a whole."""
+    pairs: list[tuple[DataType, DataType, str]] = []
+    if isinstance(src, StructType) and isinstance(dst, StructType):
+        matched = match_fields(src, dst, case_sensitive) or []
+        pairs = [(v.dataType, c.dataType, f"{where} field '{c.name}'") for v, c in matched]
+    elif isinstance(src, ArrayType) and isinstance(dst, ArrayType):
+        pairs = [(src.elementType, dst.elementType, f"{where} element")]
+    elif isinstance(src, MapType) and isinstance(dst, MapType):
+        pairs = [(src.keyType, dst.keyType, f"{where} key"), (src.valueType, dst.valueType, f"{where} value")]
+    for s, d, path in pairs:
+        found = _uncastable_part(frame, s, d, path, case_sensitive)
+        if found is not None:
+            return found
+        try:
+            frame.select(F.lit(None).cast(s).try_cast(d)).schema  # noqa: B018
+        except AnalysisException:
+            return f"{path}: {s.simpleString()} cannot be cast to {d.simpleString()}"
+    return None
 
 
 # -- row-by-row checks ------------------------------------------------------------------------
@@ -488,6 +626,10 @@ def _error_condition(exc: AnalysisException) -> str:
         return ""
 
 
+def _case_sensitive(spark: Any) -> bool:
+    return str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+
+
 def _short(exc: Exception) -> str:
     """Spark's reason for rejecting an expression, short enough to quote in a message."""
     if "StackOverflowError" in str(exc):
@@ -501,15 +643,52 @@ def _jvm_plan(df: DataFrame) -> Any:
     return jdf.queryExecution().analyzed() if jdf is not None else None
 
 
-def _deterministic_plan(df: DataFrame) -> bool:
+def _deterministic_top(df: DataFrame) -> bool:
+    """Whether the expressions of ``df``'s top node (a join's condition, a projection's values)
+    are deterministic. Not the plans below: the source is materialized once (:mod:`.source`),
+    so a source column computed by ``uuid()`` reads the same in every job of the merge."""
     jplan = _jvm_plan(df)
-    # On Connect the analyzer itself refused a non-deterministic join condition already.
-    return bool(jplan.deterministic()) if jplan is not None else True
+    if jplan is None:
+        # On Connect the analyzer itself refused a non-deterministic join condition already.
+        return True
+    exprs = jplan.expressions()
+    return all(bool(exprs.apply(i).deterministic()) for i in range(exprs.size()))
+
+
+def _plain_each(frame: DataFrame, cols: list[Column], probe: DataFrame) -> list[bool]:
+    """For each of ``cols`` (``probe`` is ``frame.select(*cols)``): deterministic and free of
+    subqueries, as :func:`_deterministic_column` and :func:`_top_has_subquery` decide (a few
+    round trips per column, not one per expression node). On Connect one question for all;
+    if the answer is no, each is left unchecked (False), for :func:`_check_expression` to
+    ask alone."""
+    jplan = _jvm_plan(probe)
+    if jplan is None:
+        plain = not plan_connect.top_has_subquery(probe) and plan_connect.deterministic(
+            frame, F.struct(*cols)
+        )
+        return [plain] * len(cols)
+    exprs = jplan.expressions()
+    if exprs.size() != len(cols):
+        return [False] * len(cols)
+    jvm: Any = probe.sparkSession._jvm  # type: ignore[attr-defined]
+    subquery = jvm.org.apache.spark.sql.catalyst.trees.TreePattern.PLAN_EXPRESSION()
+    base = _jvm_plan(frame)
+    if bool(base.deterministic()) and not bool(base.containsPattern(subquery)):
+        # The frame is plain, so the plan's flags are its top node's: one question for all.
+        if bool(jplan.deterministic()) and not bool(jplan.containsPattern(subquery)):
+            return [True] * len(cols)
+    out = []
+    for i in range(len(cols)):
+        e = exprs.apply(i)
+        out.append(bool(e.deterministic()) and not bool(e.containsPattern(subquery)))
+    return out
 
 
 def _deterministic_column(frame: DataFrame, col: Column, probe: DataFrame) -> bool:
-    jplan = _jvm_plan(probe)
-    return bool(jplan.deterministic()) if jplan is not None else plan_connect.deterministic(frame, col)
+    """Whether ``col`` (``probe`` is ``frame.select(col)``) is deterministic, its frame aside."""
+    if _jvm_plan(probe) is not None:
+        return _deterministic_top(probe)
+    return plan_connect.deterministic(frame, col)
 
 
 def _plan_nodes(df: DataFrame) -> list[str]:
@@ -548,12 +727,20 @@ def _has_subquery(jplan: Any) -> bool:
 
 def _not_row_by_row(probe: DataFrame, base: list[str]) -> str | None:
     """What in ``probe`` (a select over a frame with plan nodes ``base``) is not row by row."""
+    added = _added_node(probe, base)
+    if added is not None:
+        return added
+    if _top_has_subquery(probe):
+        return "a subquery"
+    return None
+
+
+def _added_node(probe: DataFrame, base: list[str]) -> str | None:
+    """The aggregate, window or generator node ``probe`` adds to its frame's ``base`` nodes, described."""
     classes = _plan_nodes(probe)
     for cls, what in NOT_ROW_BY_ROW.items():
         if classes.count(cls) > base.count(cls):
             return what
-    if _top_has_subquery(probe):
-        return "a subquery"
     return None
 
 

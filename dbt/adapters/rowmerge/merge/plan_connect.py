@@ -56,7 +56,11 @@ def top_has_subquery(df: DataFrame) -> bool:
 
 
 def deterministic(frame: DataFrame, col: Column) -> bool:
-    """Whether ``col`` (over ``frame``) is deterministic, as Spark's analyzer judges it."""
+    """Whether ``col`` (over ``frame``) is deterministic, as Spark's analyzer judges it.
+
+    Only ``col`` itself: the analyzer judges each node by its own expressions, so a frame
+    that computes a column with ``uuid()`` (a source, materialized once) does not count.
+    """
     one = frame.sparkSession.range(1).select(F.lit(1).alias("__rowmerge_one"))
     try:
         frame.join(one, col.isNull() | F.lit(True), "inner").schema  # noqa: B018 -- analyse only

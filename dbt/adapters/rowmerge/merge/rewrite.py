@@ -23,18 +23,16 @@ from pyspark.sql.types import StructField
 from .filestats import FileSummary, indexed_columns, summarize_files
 from .outputs import (
     FILE,
-    NO_ACTION,
     PREFIX,
     ROW,
     SRC_ID,
     acting,
-    action_index,
+    chosen,
+    decide,
     enforce_constraints,
-    insert_values,
+    inserts,
     output_value,
     q,
-    src_present,
-    updates,
 )
 from .plan import MergePlan
 from .scan import ScanResult, target_frame
@@ -50,34 +48,29 @@ ROWS_PER_INSERT_FILE = 1_000_000
 
 @dataclass(frozen=True)
 class TouchedJoin:
-    """Rows of the touched files joined with the source, and which clause acts on each."""
+    """Rows of the touched files joined with the source, with the clause that acts on each
+    (the columns of :func:`.outputs.decide`)."""
 
     plan: MergePlan
     rows: DataFrame
-    matched_idx: Column  # index of the acting matched clause (NO_ACTION if none or unmatched)
-    nmbs_idx: Column  # index of the acting not_matched_by_source clause (NO_ACTION likewise)
 
     def acts(self, action: str) -> Column:
         """True where a clause with ``action`` really acts on the row (of either kind)."""
         p = self.plan
-        return acting(p, p.matched, self.matched_idx, action) | acting(
-            p, p.not_matched_by_source, self.nmbs_idx, action
-        )
+        return acting(p, "matched", action) | acting(p, "not_matched_by_source", action)
 
 
 def touched_join(
-    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str]
+    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str], acts: bool = True
 ) -> TouchedJoin:
-    """The rows of ``touched`` files, target preserved, joined with the (broadcast) source."""
+    """The rows of ``touched`` files, target preserved, joined with the (broadcast) source.
+
+    ``acts``: whether :meth:`TouchedJoin.acts` tells updates that change nothing from the
+    others (the no-op check costs a comparison of every value the update writes).
+    """
     target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
     joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
-    src = src_present(plan)
-    return TouchedJoin(
-        plan,
-        joined,
-        F.when(src, action_index(plan.matched)).otherwise(F.lit(NO_ACTION)),
-        F.when(~src, action_index(plan.not_matched_by_source)).otherwise(F.lit(NO_ACTION)),
-    )
+    return TouchedJoin(plan, decide(plan, joined, ["matched", "not_matched_by_source"], acts))
 
 
 @dataclass
@@ -120,12 +113,14 @@ def rewritten_rows(
 ) -> DataFrame:
     """All rows of the touched files after the merge (deleted rows dropped); ``one_pass``
     observes the join on the way."""
-    tj = touched_join(spark, plan, source, touched)
-    m_idx, b_idx = tj.matched_idx, tj.nmbs_idx
-    acts = updates(plan, m_idx, b_idx)
-    updated = [F.lit(False)] + [cond for cond, _ in acts.conditions] if plan.constraints else []
-    values = [output_value(f.name, acts).alias(f.name) for f in plan.output_fields]
-    flags = [F.coalesce(reduce(lambda a, b: a | b, updated), F.lit(False)).alias(UPDATED)] if updated else []
+    # The rewrite itself writes an update's values whether or not they change anything;
+    # only the one-pass write observes which updates really act.
+    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None)
+    values = [output_value(plan, f.name).alias(f.name) for f in plan.output_fields]
+    # Rows an update writes are checked against the constraints (copied rows were checked
+    # when they were written).
+    updating = chosen(plan, "matched", "update") | chosen(plan, "not_matched_by_source", "update")
+    flags = [updating.alias(UPDATED)] if plan.constraints else []
     file = F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE)
     if one_pass is not None:
         # Only what the write and the observation read goes below the observation (no
@@ -137,7 +132,7 @@ def rewritten_rows(
         out = tj.rows.where(~tj.acts("delete")).select(
             *values, file, F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW), *flags
         )
-    if updated:
+    if plan.constraints:
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
     if not plan.matched:
         # No matched clause means no cardinality rule: a target row matched by several
@@ -162,9 +157,7 @@ def inserted_rows(
         matched = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "inner")
         matched_ids = matched.select(F.col(f"`{plan.sa}`.`{SRC_ID}`").alias(SRC_ID))
         unmatched = source.unmatched(matched_ids).alias(plan.sa)
-    nm_idx = action_index(plan.not_matched)
-    inserted = unmatched.where(nm_idx != NO_ACTION).select(*insert_values(plan, nm_idx))
-    return enforce_constraints(plan, inserted)
+    return enforce_constraints(plan, inserts(plan, unmatched))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,20 @@ from pyspark.sql import functions as F
 
 from .errors import CardinalityViolation
 from .filestats import MAX_SKIPPING_FILES, FileSummary, KeyRanges, candidates, indexable, key_ranges
-from .outputs import FILE, NO_ACTION, ROW, SIZE, SRC_ID, acting, action_index, key_sample, q, src_present
+from .outputs import (
+    FILE,
+    NO_ACTION,
+    ROW,
+    SIZE,
+    SRC_ID,
+    acting,
+    clause_acts,
+    clause_index,
+    decide,
+    key_sample,
+    q,
+    src_present,
+)
 from .plan import MergePlan
 from .source import MaterializedSource, decode
 
@@ -185,21 +198,20 @@ def find_touched_files(
     # Source rows that match nothing are found afterwards by id (see insert_source).
     how = "left_outer" if plan.not_matched_by_source else "inner"
     joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, how)
+    decided = decide(plan, joined, ["matched", "not_matched_by_source"], acts=True)
     src = src_present(plan)
-    m_idx = F.when(src, action_index(plan.matched))
-    b_idx = F.when(~src, action_index(plan.not_matched_by_source))
     pair = src.cast("int")
-    classified = joined.select(
+    classified = decided.select(
         F.col(f"`{plan.ta}`.`{FILE}`").alias("f"),
         # Row identity matters only for matched pairs (cardinality); unmatched target rows
         # of a file collapse into one group, which map-side aggregation makes cheap.
         F.when(src, F.col(f"`{plan.ta}`.`{ROW}`")).alias("rk"),
         F.col(f"`{plan.ta}`.`{SIZE}`").alias("size"),
         pair.alias("pair"),
-        acting(plan, plan.matched, m_idx, "update").cast("int").alias("m_upd"),
-        acting(plan, plan.matched, m_idx, "delete").cast("int").alias("m_del"),
-        acting(plan, plan.not_matched_by_source, b_idx, "update").cast("int").alias("b_upd"),
-        acting(plan, plan.not_matched_by_source, b_idx, "delete").cast("int").alias("b_del"),
+        acting(plan, "matched", "update").cast("int").alias("m_upd"),
+        acting(plan, "matched", "delete").cast("int").alias("m_del"),
+        acting(plan, "not_matched_by_source", "update").cast("int").alias("b_upd"),
+        acting(plan, "not_matched_by_source", "delete").cast("int").alias("b_del"),
         F.when(src, key_sample(plan)).alias("key"),
         F.col(f"`{plan.sa}`.`{SRC_ID}`").alias("sid"),
     )
@@ -236,9 +248,9 @@ def find_touched_files(
         # job, as one more row of the result (f NULL).
         matched_ids = classified.where(F.col("pair") == 1).select(F.col("sid").alias(SRC_ID))
         result.insert_source = source.unmatched(matched_ids)
-        nm_idx = action_index(plan.not_matched)
-        inserts = (
-            result.insert_source.alias(plan.sa).where(nm_idx != NO_ACTION).agg(F.count(F.lit(1)).alias("ins"))
+        candidates = decide(plan, result.insert_source.alias(plan.sa), ["not_matched"])
+        inserts = candidates.where(clause_index("not_matched") != NO_ACTION).agg(
+            F.count(F.lit(1)).alias("ins")
         )
         per_file = per_file.withColumn("ins", F.lit(None).cast("long")).unionByName(
             inserts.select(
@@ -290,17 +302,16 @@ def clause_rows(
     if plan.matched or plan.not_matched_by_source:
         how = "left_outer" if plan.not_matched_by_source else "inner"
         joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, how)
-        src = src_present(plan)
-        kinds = [
-            (plan.matched, F.when(src, action_index(plan.matched))),
-            (plan.not_matched_by_source, F.when(~src, action_index(plan.not_matched_by_source))),
-        ]
+        decided = decide(plan, joined, ["matched", "not_matched_by_source"], acts=True)
+        kinds = [("matched", plan.matched), ("not_matched_by_source", plan.not_matched_by_source)]
         flags = {
-            f"c{id(rc)}": acting(plan, [rc], idx, rc.action).cast("int")
-            for clauses, idx in kinds
+            f"c{id(rc)}": F.coalesce((clause_index(kind) == rc.index) & clause_acts(kind), F.lit(False)).cast(
+                "int"
+            )
+            for kind, clauses in kinds
             for rc in clauses
         }
-        per_row = joined.groupBy(F.col(q(plan.ta, FILE)), F.col(q(plan.ta, ROW))).agg(
+        per_row = decided.groupBy(F.col(q(plan.ta, FILE)), F.col(q(plan.ta, ROW))).agg(
             *[F.max(flag).alias(name) for name, flag in flags.items()]
         )
         totals = per_row.agg(*[F.sum(name).alias(name) for name in flags]).collect()[0]
@@ -310,10 +321,12 @@ def clause_rows(
             candidates = scan.insert_source.alias(plan.sa)
         else:  # insert-only: no scan ran; the source rows no target row matches
             candidates = source.df.alias(plan.sa).join(target.alias(plan.ta), plan.on, "left_anti")
-        nm_idx = action_index(plan.not_matched)
-        totals = candidates.agg(
-            *[F.sum((nm_idx == rc.index).cast("int")).alias(f"c{id(rc)}") for rc in plan.not_matched]
-        ).collect()[0]
+        nm_idx = clause_index("not_matched")
+        totals = (
+            decide(plan, candidates, ["not_matched"])
+            .agg(*[F.sum((nm_idx == rc.index).cast("int")).alias(f"c{id(rc)}") for rc in plan.not_matched])
+            .collect()[0]
+        )
         counts.update({id(rc): int(totals[f"c{id(rc)}"] or 0) for rc in plan.not_matched})
     resolved = {id(rc.clause): rc for rc in [*plan.matched, *plan.not_matched, *plan.not_matched_by_source]}
     out = []
