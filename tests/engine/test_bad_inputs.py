@@ -998,9 +998,9 @@ NESTED_TYPES = [
     ),
     case(
         "nested-cast-array-element",
-        {**NT, **clauses(update({"arr": "array(s.n, s.v)"}))},
+        {**NT, **clauses(update({"arr": "array(s.v)"}))},
         CastError,
-        "column 'arr' element (int), value 'A' from array(s.n, s.v)",
+        "column 'arr' element (int), value 'A' from array(s.v)",
         watch=NT_WATCH,
         setup=_nested_target,
     ),

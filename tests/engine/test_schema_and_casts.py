@@ -301,7 +301,7 @@ def _set(**values: str) -> list[dict]:
     "values, fragment",
     [
         ({"k": "named_struct('a', s.v, 'b', 'q')"}, "column 'k' field 'a' (int), value 'zz'"),
-        ({"arr": "array(1, s.v)"}, "column 'arr' element (int), value 'zz'"),
+        ({"arr": "array(s.v)"}, "column 'arr' element (int), value 'zz'"),
         ({"m": "map(2, s.v)"}, "column 'm' value (bigint), value 'zz'"),
         ({"m": "map(s.v, 2)"}, "column 'm' key (int), value 'zz'"),
         ({"m": "map('1', 1, '01', 2)"}, "column 'm' key (int): two keys cast to the same key"),
