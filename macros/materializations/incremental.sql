@@ -88,8 +88,22 @@
       {{ create_table_as(True, tmp_relation, compiled_code, language) }}
     {%- endcall -%}
     {%- set spec = rowmerge_planned_spec(tmp_relation, tmp_relation) -%}
-    {%- set build_code = 'select * from ' ~ adapter.rowmerge_initial_rows(spec, this.identifier ~ '__dbt_initial') -%}
+    {%- set initial_view = adapter.rowmerge_initial_rows(spec, this.identifier ~ '__dbt_initial') -%}
+    {%- set build_code = 'select * from ' ~ initial_view -%}
     {%- set build_language = 'sql' -%}
+  {%- endif -%}
+
+  {#-- A full refresh of a table this adapter journals is its next version (REPLACE TABLE):
+       same catalog entry and folder, history and change feed go on (a consumer reading
+       table_changes from its last version misses nothing). Only a refresh that changes what
+       the catalog cannot alter in place (a dropped, retyped or reordered column, the
+       partitioning, the format) rebuilds the table as dbt does, starting a new history. --#}
+  {%- set replaced = none -%}
+  {%- if strategy == 'row_level_merge' and not empty_run and existing_relation is not none and not existing_relation.is_view and should_full_refresh() -%}
+    {%- set replaced = adapter.rowmerge_replace(
+          target_relation.render(), initial_view, partition_by, file_format,
+          rowmerge_changes_table(model.config, target_relation),
+          config.get('change_data_feed_on_replace', true)) -%}
   {%- endif -%}
 
   {%- if empty_run -%}
@@ -103,6 +117,8 @@
         drop table if exists {{ tmp_relation }}
       {%- endcall %}
     {%- endif -%}
+  {%- elif replaced is not none -%}
+    {%- do store_result('main', response=replaced) -%}
   {%- elif existing_relation is none -%}
     {%- call statement('main', language=build_language) -%}
       {{ create_table_as(False, target_relation, build_code, build_language) }}

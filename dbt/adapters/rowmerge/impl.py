@@ -253,6 +253,55 @@ class RowMergeAdapter(SparkAdapter):
         return self._engine(lambda spark: merge.history(spark, str(relation), limit), str(relation))
 
     @available
+    def rowmerge_replace(
+        self,
+        relation: str,
+        rows_view: str,
+        partition_by: Any = None,
+        file_format: Any = None,
+        changes_table: str | None = None,
+        feed_on_replace: Any = True,
+    ) -> RowMergeAdapterResponse | None:
+        """A full refresh as the table's next version (its history and change feed go on), or
+        None when the table cannot keep its catalog entry (dbt then rebuilds it; logged)."""
+        parts = [partition_by] if isinstance(partition_by, str) else list(partition_by or [])
+        fmt = str(file_format or "parquet")
+
+        def replace(spark: SparkSession) -> merge.Replaced | None:
+            rows = spark.table(rows_view)
+            problem = merge.replace_problem(spark, str(relation), rows, parts, fmt)
+            if problem:
+                logger.info(
+                    f"full refresh of {relation} rebuilds the table and starts a new history: {problem}"
+                )
+                return None
+            return merge.replace_table(
+                spark,
+                str(relation),
+                rows,
+                partition_by=parts,
+                file_format=fmt,
+                change_data_feed=changes_table or None,
+                feed_on_replace=feed_on_replace is not False,
+            )
+
+        done = self._engine(replace, str(relation))
+        if done is None:
+            return None
+        return RowMergeAdapterResponse(
+            _message=done.summary(),
+            code="REPLACE TABLE",
+            rows_affected=done.rows_inserted,
+            version=done.version,
+            metrics={
+                "numTargetRowsInserted": done.rows_inserted,
+                "numTargetRowsDeleted": done.rows_deleted,
+                "numTargetFilesAdded": done.files_added,
+                "numTargetFilesRemoved": done.files_removed,
+            },
+        )
+
+    @available
     def rowmerge_version_count(self, relation: str) -> int:
         """How many versions the table's journal holds (0 if none, or not a mergeable table)."""
         spark = session_for(self.config.credentials)  # type: ignore[arg-type]

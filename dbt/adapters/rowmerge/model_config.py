@@ -69,6 +69,9 @@ KEYS: dict[str, Key] = {
     "not_matched_by_source_condition": Key("any", shorthand=True),
     "not_matched_by_source_set": Key("any", shorthand=True),
     "change_data_feed": Key("feed"),
+    # a full refresh writes its change rows (old rows deleted, new inserted); false: none, and
+    # table_changes refuses a range across it (the macros read it)
+    "change_data_feed_on_replace": Key("bool"),
     # plan the merge and report what it would do, writing nothing (the macros read it)
     "dry_run": Key("bool"),
 }

@@ -2,7 +2,8 @@
 
 Public API (stable): ``run_merge(spark, spec)``, ``dry_run(spark, spec)``, ``recover(spark, table_name)``,
 ``history(spark, table_name, limit=None)``, ``start_history(spark, table_name, ...)``,
-``rebind(spark, table_name)``,
+``rebind(spark, table_name)``, ``replace_table(spark, table_name, rows, ...)`` (a full
+refresh as a version),
 ``initial_rows(spark, spec)``, ``table_stats(spark, table_name)``,
 ``MergeResult``, ``DryRunReport``, ``Recovery`` and the error classes.
 """
@@ -26,6 +27,7 @@ from .errors import (
 from .initial import initial_rows
 from .journal import Recovery
 from .metrics import DryRunReport, MergeResult
+from .replace import Replaced, replace_problem, replace_table
 from .run import dry_run, history, rebind, recover, run_merge, start_history, table_stats
 from .spec import MergeSpec, merge_sql, parse_spec, static_problems
 
@@ -45,6 +47,7 @@ __all__ = [
     "MergeSpec",
     "MergeSpecError",
     "Recovery",
+    "Replaced",
     "StorageError",
     "UnreadableFileError",
     "UnsupportedTableError",
@@ -54,6 +57,8 @@ __all__ = [
     "merge_sql",
     "parse_spec",
     "rebind",
+    "replace_problem",
+    "replace_table",
     "recover",
     "run_merge",
     "start_history",

@@ -15,6 +15,7 @@ table does. ``_commit_timestamp`` is the journal entry's timestamp.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
@@ -33,7 +34,7 @@ from .scan import ScanResult
 from .source import MaterializedSource
 from .sqltext import epoch_micros
 from .storage import Storage
-from .table import COMMIT_VERSION, create_changes_table, describe_table, sql_name
+from .table import COMMIT_VERSION, TargetTable, create_changes_table, describe_table, sql_name
 
 CHANGE_TYPE = "_change_type"
 COMMIT_TIMESTAMP = "_commit_timestamp"
@@ -66,8 +67,15 @@ def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage
     """Check (and create, if missing) the feed table before the merge writes anything to it."""
     cdf = plan.spec.change_data_feed
     assert cdf is not None
-    name = str(cdf["table"])
-    clashes = [f.name for f in plan.output_fields if f.name.lower() in FEED_COLUMNS]
+    return prepare_feed_table(spark, str(cdf["table"]), plan.output_fields, plan.target, storage)
+
+
+def prepare_feed_table(
+    spark: SparkSession, name: str, fields: Sequence[StructField], target: TargetTable, storage: Storage
+) -> ChangesTable:
+    """Check (and create, if missing) change table ``name`` for rows of ``target`` with
+    columns ``fields`` (the merge's or the full refresh's), before anything is written to it."""
+    clashes = [f.name for f in fields if f.name.lower() in FEED_COLUMNS]
     if clashes:
         raise MergeSpecError(
             [
@@ -79,7 +87,7 @@ def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage
     ident = sql_name(name)
     try:
         if not spark.catalog.tableExists(ident):
-            create_changes_table(spark, name, feed_schema(list(plan.target.schema.fields)))
+            create_changes_table(spark, name, feed_schema(list(target.schema.fields)))
         described = describe_table(spark, ident)
     except AnalysisException as exc:
         raise UnsupportedTableError(
@@ -96,11 +104,11 @@ def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage
             f"{partitioning or 'nothing'}). Drop it or name another table in change_data_feed."
         )
     location = storage.qualify(described.location.rstrip("/"))
-    target_location = storage.qualify(plan.target.location)
+    target_location = storage.qualify(target.location)
     if not storage.same_filesystem(location, target_location):
         raise UnsupportedTableError(
             f"change_data_feed table {name} is stored at {location}, on another filesystem than "
-            f"{plan.target.name} ({target_location}). A commit moves both tables' files by rename, "
+            f"{target.name} ({target_location}). A commit moves both tables' files by rename, "
             "which cannot cross filesystems; keep the change table in the target's schema."
         )
     if (
@@ -193,8 +201,16 @@ def write_change_feed(
     timestamp: datetime,
 ) -> list[StagedFile]:
     """Write ``rows`` stamped with the commit timestamp into ``staging``; return the files."""
+    return write_feed_rows(rows, plan.output_fields, staging, storage, timestamp)
+
+
+def write_feed_rows(
+    rows: DataFrame, fields: Sequence[StructField], staging: str, storage: Storage, timestamp: datetime
+) -> list[StagedFile]:
+    """Write change ``rows`` (``fields`` plus ``_change_type``) stamped with the commit
+    timestamp into ``staging``; return the files."""
     out = rows.select(
-        *[F.col(q(f.name)) for f in plan.output_fields],
+        *[F.col(q(f.name)) for f in fields],
         F.col(CHANGE_TYPE),
         F.timestamp_micros(F.lit(epoch_micros(timestamp))).alias(COMMIT_TIMESTAMP),
     )

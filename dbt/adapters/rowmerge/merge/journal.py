@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
@@ -120,6 +120,12 @@ def utc_now() -> datetime:
     """Now, at millisecond precision (what the journal stores and the change feed repeats)."""
     now = datetime.now(timezone.utc)
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def parse_iso(text: str) -> datetime:
+    """A journal timestamp (written by :func:`_iso`) as an aware UTC datetime."""
+    parsed = datetime.fromisoformat(text)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def _iso(ts: datetime) -> str:
@@ -278,10 +284,15 @@ class Entry:
     new_columns: tuple[tuple[str, str], ...] = ()  # (name, type as DDL)
     cdf: FeedFiles | None = None
     reason: str | None = None  # FENCE only
+    # A REPLACE TABLE that wrote no change rows (the model opted out): why. table_changes
+    # refuses a range across it, since a consumer applying the feed would miss the replace.
+    feed_skipped: str | None = None
 
     @property
-    def is_merge(self) -> bool:
-        return self.operation == "MERGE"
+    def is_write(self) -> bool:
+        """A version that staged files (a merge, or a full refresh committed as a version);
+        the other operations only list files already in place."""
+        return self.operation == "MERGE" or (self.operation == "REPLACE TABLE" and self.txn is not None)
 
     def moves(self) -> list[FileEntry]:
         """Every staged file, data then change feed, in the order apply moves them."""
@@ -296,7 +307,7 @@ class Entry:
             "operation": self.operation,
             "timestamp": self.timestamp,
         }
-        if self.is_merge:
+        if self.is_write:
             out.update(
                 txn=self.txn,
                 read_version=self.read_version,
@@ -304,9 +315,11 @@ class Entry:
             )
         if self.reason is not None:
             out["reason"] = self.reason
+        if self.feed_skipped is not None:
+            out["feed_skipped"] = self.feed_skipped
         out["added"] = [f.as_json() for f in self.added]
         out["removed"] = [f.as_json() for f in self.removed]
-        if self.is_merge:
+        if self.is_write:
             out["partitions"] = list(self.partitions)
             out["new_columns"] = [{"name": n, "type": t} for n, t in self.new_columns]
             out["cdf"] = self.cdf.as_json() if self.cdf else None
@@ -339,7 +352,9 @@ class Entry:
         operation = r.string("operation")
         if operation not in OPERATIONS:
             raise EntryInvalid(f"has unknown operation {operation!r}")
-        merge = operation == "MERGE"
+        # A staged write: every merge, and a full refresh committed as a version (version 0
+        # of a table dbt built is a REPLACE TABLE that lists files already in place).
+        merge = operation == "MERGE" or (operation == "REPLACE TABLE" and "txn" in raw)
         cdf = None
         if merge and raw.get("cdf") is not None:
             c = _Reader(r.mapping("cdf"), "cdf.")
@@ -370,6 +385,7 @@ class Entry:
             new_columns=tuple(new_columns),
             cdf=cdf,
             reason=raw.get("reason") if isinstance(raw.get("reason"), str) else None,
+            feed_skipped=raw.get("feed_skipped") if isinstance(raw.get("feed_skipped"), str) else None,
         )
 
 
@@ -756,9 +772,9 @@ class Journal:
             out.append(
                 f"has version {entry.version}, past the largest a change feed can hold ({MAX_VERSION})"
             )
-        if not entry.is_merge:
+        if not entry.is_write:
             if entry.moves():
-                out.append("lists staged files, which only a MERGE has")
+                out.append("lists staged files, which only a MERGE or REPLACE TABLE has")
             return out
         if entry.txn is None or not _TXN.match(entry.txn):
             out.append(f"has an invalid txn {entry.txn!r}")
@@ -982,8 +998,11 @@ class Journal:
         feed_columns: StructType | None,
         feed: Sequence[Written],
         metrics: Mapping[str, Any],
+        operation: str = "MERGE",
+        feed_skipped: str | None = None,
     ) -> Entry:
-        """The entry of a merge planned as ``version``: everything recovery needs to finish it.
+        """The entry of a merge (or of a full refresh: ``operation`` REPLACE TABLE) planned as
+        ``version``: everything recovery needs to finish it.
 
         ``added``: the data files staged in ``staging.data_dir``; ``removed``: (qualified path,
         size, rows) of each file the commit replaces; ``new_columns``: (name, type DDL) that
@@ -1026,7 +1045,7 @@ class Journal:
         return Entry(
             version=version,
             table=target.qualified_name,
-            operation="MERGE",
+            operation=operation,
             timestamp=_iso(timestamp),
             txn=staging.txn,
             read_version=version - 1,
@@ -1037,7 +1056,21 @@ class Journal:
             new_columns=tuple(new_columns),
             cdf=cdf,
             metrics=dict(metrics),
+            feed_skipped=feed_skipped,
         )
+
+    def commit_time(self, versions: Sequence[int]) -> datetime:
+        """The timestamp the next commit takes: now, but never before the newest version's
+        (a clock set back must not make commit timestamps go back: consumers select change
+        rows by time, and ``as_of`` by timestamp picks the last version at or before it)."""
+        now = utc_now()
+        if not versions:
+            return now
+        try:
+            newest = parse_iso(self.read_entry(versions[-1]).timestamp)
+        except (EntryInvalid, ValueError):
+            return now  # a damaged newest entry stops recovery or the commit anyway
+        return max(now, newest + timedelta(milliseconds=1))
 
     # -- writing ----------------------------------------------------------------------------
     def write_initial(self, entry: Entry) -> None:
@@ -1159,12 +1192,13 @@ class Journal:
         """Commit a version of ``operation`` that changes no file (``files``: the files of the
         table, listed for their statistics), at the next free version."""
         while True:
-            version = self.next_version(self.versions(), table)
+            versions = self.versions()
+            version = self.next_version(versions, table)
             entry = Entry(
                 version=version,
                 table=table,
                 operation=operation,
-                timestamp=_iso(utc_now()),
+                timestamp=_iso(self.commit_time(versions)),
                 added=files,
                 removed=(),
                 metrics={},

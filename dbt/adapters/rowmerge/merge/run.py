@@ -61,7 +61,7 @@ from .errors import (
 )
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
 from .guards import check_deletes, check_source
-from .journal import Entry, Journal, Recovery, Staging, fault_point, utc_now
+from .journal import Entry, Journal, Recovery, Staging, fault_point
 from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
@@ -97,12 +97,12 @@ from .table import (
 logger = logging.getLogger("rowmerge")
 
 
-def _journal(spark: SparkSession, location: str) -> Journal:
+def open_journal(spark: SparkSession, location: str) -> Journal:
     storage = storage_for(spark)
     return Journal(storage, storage.qualify(location))
 
 
-def _lock(journal: Journal, table: str, operation: str, timeout_s: float) -> TableLock:
+def table_lock(journal: Journal, table: str, operation: str, timeout_s: float) -> TableLock:
     return TableLock(journal.storage, journal.log_dir, table, operation, timeout_s)
 
 
@@ -121,12 +121,12 @@ class Commit:
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
     """Merge ``spec['source']`` into ``spec['target']``; see the module doc for the phases."""
     parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
-    with _storage_errors(f"MERGE into {parsed.target}"):
+    with storage_errors(f"MERGE into {parsed.target}"):
         return _run_merge(spark, parsed)
 
 
 @contextmanager
-def _storage_errors(what: str) -> Iterator[None]:
+def storage_errors(what: str) -> Iterator[None]:
     """A filesystem error (a full disk, a refused write) of the journal, the lock or the
     staging folder, before the commit point, as the MergeError it is: nothing was changed."""
     try:
@@ -143,14 +143,14 @@ def _storage_errors(what: str) -> Iterator[None]:
 def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
     metrics = MergeMetrics()
     with timed(metrics, "executionTimeMs"), without_call_sites():
-        journal = _journal(spark, load_target(spark, parsed.target).location)
+        journal = open_journal(spark, load_target(spark, parsed.target).location)
         # Before the lock, whose folder would put a journal inside the other table's folder.
         journal.check_placement(parsed.target)
-        with _lock(journal, parsed.target, "MERGE", parsed.lock_timeout_s) as lock:
+        with table_lock(journal, parsed.target, "MERGE", parsed.lock_timeout_s) as lock:
             # Described only now, under the lock: a writer we waited for, or another
             # session, may have changed the schema (load_target refreshes the relation).
             target = load_target(spark, parsed.target)
-            if _recover(spark, journal, lock, target).rolled_forward:
+            if recover_locked(spark, journal, lock, target).rolled_forward:
                 target = load_target(spark, parsed.target)  # recovery may have added columns
             plan, source, commit = _prepare(spark, parsed, journal, target, metrics)
             try:
@@ -191,7 +191,7 @@ def _prepare(
     snapshot = journal.snapshot()
     initial = None if versions else journal.initial_entry(target, "CONVERT", snapshot)
 
-    commit_time = utc_now()
+    commit_time = journal.commit_time(versions)
     raw_source = read_source(spark, parsed.source)
     plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
     feed = parsed.change_data_feed and not dry
@@ -224,7 +224,7 @@ def dry_run(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> DryRunR
     with timed(metrics, "executionTimeMs"), without_call_sites():
         parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
         target = load_target(spark, parsed.target)
-        journal = _journal(spark, target.location)
+        journal = open_journal(spark, target.location)
         journal.check_placement(target.name)
         journal.check_bound(target)
         plan, source, commit = _prepare(spark, parsed, journal, target, metrics, dry=True)
@@ -287,7 +287,7 @@ def _summaries(
     return journal.file_summaries(target, snapshot, versions, [initial] if initial else [], save_checkpoint)
 
 
-def _recover(spark: SparkSession, journal: Journal, lock: TableLock, target: TargetTable) -> Recovery:
+def recover_locked(spark: SparkSession, journal: Journal, lock: TableLock, target: TargetTable) -> Recovery:
     """Under the lock: fence out a holder that may still run, then recover."""
     if lock.took_over_live:
         journal.check_bound(target)  # never fence (and so bind) another table's journal
@@ -669,15 +669,15 @@ def _raise_cast_error(exc: Exception, target: TargetTable, spec: MergeSpec) -> N
 def recover(spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Recovery:
     """Finish or roll back an interrupted merge of ``table_name`` (waits for a running merge)."""
     target = load_target(spark, table_name)
-    journal = _journal(spark, target.location)
-    with _lock(journal, target.name, "RECOVER", lock_timeout_s) as lock:
-        return _recover(spark, journal, lock, load_target(spark, table_name))
+    journal = open_journal(spark, target.location)
+    with table_lock(journal, target.name, "RECOVER", lock_timeout_s) as lock:
+        return recover_locked(spark, journal, lock, load_target(spark, table_name))
 
 
 def history(spark: SparkSession, table_name: str, limit: int | None = None) -> list[dict[str, Any]]:
     """Committed versions of ``table_name``, newest first."""
     target = load_target(spark, table_name)
-    return _journal(spark, target.location).history(limit)
+    return open_journal(spark, target.location).history(limit)
 
 
 def rebind(
@@ -692,9 +692,12 @@ def rebind(
     to that still names the old table. Nothing happens if the journal already names it.
     """
     target = load_target(spark, table_name)
-    journal = _journal(spark, target.location)
+    journal = open_journal(spark, target.location)
     journal.check_placement(target.name)
-    with _storage_errors(f"Rebinding {table_name}"), _lock(journal, target.name, "REBIND", lock_timeout_s):
+    with (
+        storage_errors(f"Rebinding {table_name}"),
+        table_lock(journal, target.name, "REBIND", lock_timeout_s),
+    ):
         target = load_target(spark, table_name)
         versions = journal.versions()
         if not versions:
@@ -723,7 +726,7 @@ def table_stats(spark: SparkSession, table_name: str) -> dict[str, int] | None:
     bytes from the listing of its data files. None for a table without a readable journal
     (Spark's own statistics, if any, then stand)."""
     target = load_target(spark, table_name)
-    journal = _journal(spark, target.location)
+    journal = open_journal(spark, target.location)
     versions = journal.history()
     if not versions or any(v["operation"] == "UNREADABLE" for v in versions):
         return None
@@ -757,9 +760,12 @@ def start_history(
     recreated empty with the table's columns.
     """
     target = load_target(spark, table_name)
-    journal = _journal(spark, target.location)
+    journal = open_journal(spark, target.location)
     journal.check_placement(target.name)
-    with _storage_errors(f"{operation} {table_name}"), _lock(journal, target.name, operation, lock_timeout_s):
+    with (
+        storage_errors(f"{operation} {table_name}"),
+        table_lock(journal, target.name, operation, lock_timeout_s),
+    ):
         # Everything that can refuse the table runs before its old history is forgotten.
         spark.catalog.refreshTable(target.ident)
         entry = journal.initial_entry(target, operation)

@@ -1,0 +1,311 @@
+"""A full refresh as a version: ``REPLACE TABLE`` committed through the journal (DESIGN §12).
+
+dbt's own full refresh drops the table and creates it again. For a managed table the drop
+deletes the folder, journal included, so versions restarted at 0: an incremental consumer of
+the change feed that remembered version 41 asked for >= 42 and silently got nothing while the
+new changes sat at version 1. Here the table keeps its catalog entry and its folder; the
+model's rows are written into a staging folder like a merge's, and one journal entry, under
+the table's lock, replaces every current file with them. The version after the last merge is
+the refresh, history and feed go on, and a crash anywhere leaves the table exactly before or
+after, as for a merge (the same apply and recovery).
+
+Its change rows are every old row as ``delete`` and every new row as ``insert``, so a
+consumer that applies the feed (deletes before inserts within a version) ends with the new
+table. A model may opt out (``change_data_feed_on_replace: false``): the entry then records
+why it wrote no change rows, and ``table_changes`` refuses a range across it.
+
+In place means the catalog entry stays: same file format and partitioning, and the table's
+columns are the first columns of the model (a refresh may add columns at the end, as schema
+evolution does). A refresh that drops, retypes or reorders a column, or changes the
+partitioning or format, cannot keep the catalog entry of a Parquet/ORC table (Spark alters
+such a table only by adding columns); :func:`replace_problem` says so and dbt rebuilds the
+table its own way, which starts a new history.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
+
+from . import feed_owner
+from .cdf import CHANGE_TYPE, DELETE, INSERT, ChangesTable, feed_schema, prepare_feed_table, write_feed_rows
+from .errors import MergeCommittedError, UnsupportedTableError
+from .filestats import indexed_columns
+from .journal import Journal, Staging, fault_point
+from .outputs import q
+from .rewrite import StagedFile, staged_files
+from .run import open_journal, recover_locked, storage_errors, table_lock
+from .spec import DEFAULT_LOCK_TIMEOUT_S
+from .table import TargetTable, add_columns, column_ddl, load_target
+
+logger = logging.getLogger("rowmerge")
+
+OPERATION = "REPLACE TABLE"
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """What a full refresh committed: its version and counts (for dbt's run line)."""
+
+    table: str
+    version: int
+    rows_deleted: int
+    rows_inserted: int
+    files_removed: int
+    files_added: int
+    changes_table: str | None
+    feed_rows: int  # change rows written (0 when the model opted out)
+
+    def summary(self) -> str:
+        feed = ""
+        if self.changes_table:
+            feed = f"; {self.feed_rows} change rows" if self.feed_rows else "; no change rows (opted out)"
+        return (
+            f"REPLACE TABLE version {self.version}: {self.rows_inserted} rows "
+            f"(replacing {self.rows_deleted}){feed}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "rows_deleted": self.rows_deleted,
+            "rows_inserted": self.rows_inserted,
+            "files_removed": self.files_removed,
+            "files_added": self.files_added,
+            "changes_table": self.changes_table,
+            "feed_rows": self.feed_rows,
+            "message": self.summary(),
+        }
+
+
+def _plain(field: StructField) -> tuple[str, str]:
+    return field.name.lower(), field.dataType.simpleString()
+
+
+def replace_problem(
+    spark: SparkSession,
+    table_name: str,
+    rows: DataFrame,
+    partition_by: Sequence[str] = (),
+    file_format: str = "parquet",
+) -> str | None:
+    """Why ``table_name`` cannot be replaced in place by ``rows`` (None: it can).
+
+    Read without the lock, to choose the path; :func:`replace_table` checks again under it.
+    """
+    try:
+        target = load_target(spark, table_name)
+    except UnsupportedTableError as exc:
+        return str(exc)
+    if not open_journal(spark, target.location).versions():
+        return "it has no rowmerge journal"
+    return _shape_problem(target, rows, partition_by, file_format)
+
+
+def _shape_problem(
+    target: TargetTable, rows: DataFrame, partition_by: Sequence[str], file_format: str
+) -> str | None:
+    if target.file_format != file_format.lower():
+        return f"its file format changes from {target.file_format} to {file_format.lower()}"
+    old_parts = [c.lower() for c in target.partition_columns]
+    new_parts = [c.lower() for c in partition_by]
+    if old_parts != new_parts:
+        return f"its partitioning changes from {old_parts or 'none'} to {new_parts or 'none'}"
+    new_by_name = {f.name.lower(): f for f in rows.schema.fields}
+    missing = [p for p in new_parts if p not in new_by_name]
+    if missing:
+        return f"the model does not select partition column(s) {', '.join(missing)}"
+    old_data = [_plain(f) for f in target.schema.fields if f.name.lower() not in old_parts]
+    new_data = [_plain(f) for f in rows.schema.fields if f.name.lower() not in new_parts]
+    old_part_types = [_plain(target.field(p)) for p in target.partition_columns]
+    new_part_types = [_plain(new_by_name[p]) for p in new_parts]
+    if new_data[: len(old_data)] != old_data or old_part_types != new_part_types:
+        dropped = [n for n, _ in old_data if n not in dict(new_data)]
+        if dropped:
+            return f"the model no longer selects column(s) {', '.join(dropped)}"
+        return "a column changes its type or position (columns may only be added at the end)"
+    return None
+
+
+def replace_table(
+    spark: SparkSession,
+    table_name: str,
+    rows: DataFrame,
+    *,
+    partition_by: Sequence[str] = (),
+    file_format: str = "parquet",
+    change_data_feed: str | None = None,
+    feed_on_replace: bool = True,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> Replaced:
+    """Replace every row of ``table_name`` with ``rows``, committed as the next version.
+
+    ``change_data_feed``: the model's change table (its change rows: the old rows as
+    ``delete``, the new as ``insert``, unless ``feed_on_replace`` is false). Raises
+    UnsupportedTableError when the table cannot be replaced in place (see
+    :func:`replace_problem`), before anything is written.
+    """
+    target = load_target(spark, table_name)
+    journal = open_journal(spark, target.location)
+    journal.check_placement(target.name)
+    with (
+        storage_errors(f"{OPERATION} {table_name}"),
+        table_lock(journal, target.name, OPERATION, lock_timeout_s) as lock,
+    ):
+        target = load_target(spark, table_name)
+        if recover_locked(spark, journal, lock, target).rolled_forward:
+            target = load_target(spark, table_name)
+        journal.check_bound(target)
+        versions = journal.versions()
+        problem = _shape_problem(target, rows, partition_by, file_format) if versions else "it has no journal"
+        if problem:
+            raise UnsupportedTableError(
+                f"{OPERATION} {target.name} cannot keep the table's history: {problem}"
+            )
+        return _replace(spark, journal, lock, target, rows, versions, change_data_feed, feed_on_replace)
+
+
+def _replace(
+    spark: SparkSession,
+    journal: Journal,
+    lock: Any,
+    target: TargetTable,
+    rows: DataFrame,
+    versions: list[int],
+    change_data_feed: str | None,
+    feed_on_replace: bool,
+) -> Replaced:
+    parts = {c.lower() for c in target.partition_columns}
+    by_name = {f.name.lower(): f for f in rows.schema.fields}
+    old_names = {f.name.lower() for f in target.schema.fields}
+    # The table's columns in its own order (partition columns last), then the model's new ones.
+    data = [f for f in target.schema.fields if f.name.lower() not in parts]
+    added = [f for f in rows.schema.fields if f.name.lower() not in old_names]
+    fields = [StructField(f.name, by_name[f.name.lower()].dataType, True, f.metadata) for f in data]
+    fields += [StructField(f.name, f.dataType, True, f.metadata) for f in added]
+    fields += [target.field(p) for p in target.partition_columns]
+
+    snapshot = journal.snapshot()
+    version = journal.next_version(versions, target.name)
+    timestamp = journal.commit_time(versions)
+    changes: ChangesTable | None = None
+    if change_data_feed and feed_on_replace:
+        changes = prepare_feed_table(spark, change_data_feed, fields, target, journal.storage)
+        feed_owner.check_owner(
+            journal.storage, changes.location, changes.name, target.name, target.name_parts
+        )
+    old_rows = target.read(spark).count()
+
+    staging = journal.stage()
+    committed = False
+    try:
+        logger.info("rowmerge: %s: writing the model's rows for a full refresh", target.name)
+        staged = _write_rows(rows, fields, target, staging, journal)
+        feed: list[StagedFile] = []
+        if changes is not None:
+            feed = _write_feed(spark, target, fields, staging, journal, timestamp)
+        fault_point("staged_data")
+        new_rows = sum(f.rows for f in staged)
+        removed = [(path, info.size, None) for path, info in sorted(snapshot.items())]
+        skipped = None
+        if change_data_feed and not feed_on_replace:
+            skipped = (
+                f"change_data_feed_on_replace is false: the full refresh at version {version} wrote "
+                "no change rows"
+            )
+        entry = journal.merge_entry(
+            staging,
+            version=version,
+            timestamp=timestamp,
+            target=target,
+            spec={},
+            added=staged,
+            removed=removed,
+            new_columns=column_ddl(added),
+            changes=changes,
+            feed_columns=feed_schema(fields),
+            feed=feed,
+            metrics={
+                "numTargetRowsInserted": new_rows,
+                "numTargetRowsDeleted": old_rows,
+                "numTargetFilesAdded": len(staged),
+                "numTargetFilesRemoved": len(removed),
+                "numTargetChangeFilesAdded": len(feed),
+            },
+            operation=OPERATION,
+            feed_skipped=skipped,
+        )
+        lock.check()
+        journal.check(entry, target, recovering=False)
+        journal.check_unchanged(entry, snapshot)
+        if changes is not None:
+            add_columns(spark, changes.ident, column_ddl(feed_schema(fields).fields))
+            feed_owner.claim(
+                journal.storage, changes.location, changes.name, target.qualified_name, target.name_parts
+            )
+        add_columns(spark, target.ident, column_ddl(added))
+        journal.commit(entry)
+        committed = True
+        fault_point("entry")
+        try:
+            journal.apply(spark, entry, target, prepared=True)
+        except Exception as exc:
+            raise MergeCommittedError(target.name, version, exc) from exc
+    finally:
+        if not committed:
+            journal.discard(staging)
+    feed_rows = old_rows + new_rows if changes is not None else 0
+    done = Replaced(
+        target.name, version, old_rows, new_rows, len(removed), len(staged), change_data_feed, feed_rows
+    )
+    logger.info("rowmerge: %s: %s", target.name, done.summary())
+    return done
+
+
+def _write_rows(
+    rows: DataFrame, fields: list[StructField], target: TargetTable, staging: Staging, journal: Journal
+) -> list[StagedFile]:
+    """Write the model's rows into the staging folder, laid out like the table's files."""
+    out = rows.select(*[F.col(q(f.name)).cast(f.dataType).alias(f.name) for f in fields])
+    writer = out.write.format(target.file_format)
+    if target.partition_columns:
+        writer = writer.partitionBy(*target.partition_columns)
+    writer.save(staging.data_dir)
+    indexed = indexed_columns(fields, target.partition_columns)
+    return staged_files(target.file_format, staging.data_dir, journal.storage, None, indexed)[0]
+
+
+def _write_feed(
+    spark: SparkSession,
+    target: TargetTable,
+    fields: list[StructField],
+    staging: Staging,
+    journal: Journal,
+    timestamp: Any,
+) -> list[StagedFile]:
+    """Every current row as ``delete`` and every staged row as ``insert``: both read from
+    files (the table's and the staged ones), so the feed is exactly what the commit swaps."""
+    names = [f.name for f in fields]
+    old_names = {f.name.lower() for f in target.schema.fields}
+    old = target.read(spark)
+    deletes = old.select(
+        *[
+            (F.col(q(f.name)) if f.name.lower() in old_names else F.lit(None).cast(f.dataType)).alias(f.name)
+            for f in fields
+        ],
+        F.lit(DELETE).alias(CHANGE_TYPE),
+    )
+    written = (
+        spark.read.format(target.file_format)
+        .schema(StructType(fields))
+        .option("basePath", staging.data_dir)
+        .load(staging.data_dir)
+    )
+    inserts = written.select(*[F.col(q(n)) for n in names], F.lit(INSERT).alias(CHANGE_TYPE))
+    return write_feed_rows(deletes.unionByName(inserts), fields, staging.cdf_dir, journal.storage, timestamp)
