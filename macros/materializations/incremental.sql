@@ -103,7 +103,7 @@
     {%- set replaced = adapter.rowmerge_replace(
           target_relation.render(), initial_view, partition_by, file_format,
           rowmerge_changes_table(model.config, target_relation),
-          config.get('change_data_feed_on_replace', true)) -%}
+          rowmerge_feed_on_replace(model.config)) -%}
   {%- endif -%}
 
   {%- if empty_run -%}

@@ -230,6 +230,13 @@
 {% endmacro %}
 
 
+{#-- Whether a full refresh of the model writes its change rows (default true; validated with
+     the rest of the config as `change_data_feed_on_replace`). --#}
+{% macro rowmerge_feed_on_replace(cfg) %}
+  {{ return(cfg.get('change_data_feed_on_replace', true) is not sameas false) }}
+{% endmacro %}
+
+
 {#--
   dbt run-operation rowmerge_compile --args '{config: {unique_key: id, delete_condition: "..."}}'
   prints the clause spec a model with that config would run (validated: an invalid config

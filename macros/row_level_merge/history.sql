@@ -22,21 +22,46 @@
 
 {#--
   The change rows of a model with change_data_feed, from start_version on (and up to
-  end_version), for use in downstream models:
+  end_version), or committed from start_ts (to end_ts; inclusive, ISO 8601, UTC unless the
+  text gives an offset), for use in downstream models:
 
     select * from {{ table_changes(ref('orders'), 5) }} as c
+    select * from {{ table_changes(ref('orders'), start_ts='2026-11-26 00:00:00') }} as c
 
   Columns: the model's columns plus _change_type (insert, update_preimage,
-  update_postimage, delete), _commit_version and _commit_timestamp.
+  update_postimage, delete), _commit_version and _commit_timestamp. When the model compiles,
+  the range is checked against the table's journal: a start past the latest version, or a
+  range across a full refresh that wrote no change rows, fails naming the version (guard a
+  consumer with rowmerge_latest_version). Under `dbt run --empty` it reads no rows.
 --#}
-{% macro table_changes(relation, start_version, end_version=none) %}
-  {%- do adapter.rowmerge_check_versions(relation, start_version, end_version) -%}
+{% macro table_changes(relation, start_version=none, end_version=none, start_ts=none, end_ts=none) %}
+  {%- do adapter.rowmerge_check_versions(relation, start_version, end_version, start_ts, end_ts) -%}
+  {%- set r = {'start': start_version if start_version is not none else 0, 'end': end_version, 'start_us': none, 'end_us': none} -%}
+  {%- if execute and not flags.EMPTY -%}
+    {%- set r = adapter.rowmerge_changes_range(relation.render(), start_version, end_version, start_ts, end_ts) -%}
+  {%- endif -%}
   {#-- abs() (versions are never negative) keeps Spark from pushing the filter to a Hive
        metastore, whose filter grammar rejects names starting with `_`; Spark still prunes the
-       _commit_version partitions itself. --#}
+       _commit_version partitions itself. Timestamps compare as microseconds since the epoch,
+       whatever the session's time zone. --#}
   (select * from {{ rowmerge_changes_relation(relation) }}
-   where abs(_commit_version) >= {{ start_version }}
-   {%- if end_version is not none %} and abs(_commit_version) <= {{ end_version }}{% endif %})
+   {%- if flags.EMPTY %}
+   where false
+   {%- else %}
+   where abs(_commit_version) >= {{ r['start'] }}
+   {%- if r['end'] is not none %} and abs(_commit_version) <= {{ r['end'] }}{% endif %}
+   {%- if r['start_us'] is not none %} and unix_micros(_commit_timestamp) >= {{ r['start_us'] }}{% endif %}
+   {%- if r['end_us'] is not none %} and unix_micros(_commit_timestamp) <= {{ r['end_us'] }}{% endif %}
+   {%- endif %})
+{% endmacro %}
+
+
+{#-- The newest version of a row_level_merge model's table (none before its first run), e.g.
+     to read a change feed only once there is something new:
+       {% if rowmerge_latest_version(ref('orders')) > var('last_read', -1) %} ... {% endif %} --#}
+{% macro rowmerge_latest_version(relation) %}
+  {%- if not execute -%}{{ return(none) }}{%- endif -%}
+  {{ return(adapter.rowmerge_latest_version(relation.render())) }}
 {% endmacro %}
 
 

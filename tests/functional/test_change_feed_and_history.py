@@ -1,4 +1,4 @@
-"""change_data_feed, table_changes(), --full-refresh history restart, and the
+"""change_data_feed, table_changes(), --full-refresh as a version, and the
 rowmerge_history / rowmerge_recover run-operations.
 
 One project runs a timeline and snapshots every state the tests look at, so each test only
@@ -7,7 +7,8 @@ compares snapshots (exact rows, exact log text) and the tests do not depend on t
 1. step 1: every model is created (version 0, empty change tables);
 2. step 2: the first merge (version 1);
 3. step 3: the second merge (version 2); then rowmerge_history and rowmerge_recover;
-4. ``--full-refresh`` of ``feed`` with step 2's SELECT, then step 3 merges it again (version 1).
+4. ``--full-refresh`` of ``feed`` with step 2's SELECT (version 3, REPLACE TABLE: history and
+   feed go on), then step 3 merges it again (version 4).
 
 Change tables are read unfiltered: with the Hive metastore a filter on ``_commit_version``
 (a name starting with ``_``) cannot be pushed to the metastore; ``table_changes`` wraps it.
@@ -66,6 +67,16 @@ V2_CHANGES = [
     (5, "e", "I", "insert", 2),
 ]
 
+# --full-refresh with step 2's SELECT after step 3: version 3 deletes every row and inserts the new.
+V3_REFRESH = [
+    (3, "c", "I", "delete", 3),
+    (4, "D", "U", "delete", 3),
+    (5, "e", "I", "delete", 3),
+    (1, "A", "U", "insert", 3),
+    (3, "c", "I", "insert", 3),
+    (4, "d", "I", "insert", 3),
+]
+
 # `custom`: change_data_feed names its change table.
 CUSTOM_STEP1 = values("id, name", "(1, 'a')", "(2, 'b')")
 CUSTOM_STEP2 = values("id, name", "(2, 'B')", "(3, 'c')")
@@ -85,13 +96,22 @@ MODELS = {
         CUSTOM_STEP3,
     ),
     # Downstream of the feeds: plain tables rebuilt on every run.
+    # A start past the latest version fails, so a consumer waits for it (the README's guard).
     "feed_from_v2.sql": (
         "{{ config(materialized='table') }}\n"
+        "{% if (rowmerge_latest_version(ref('feed')) or 0) >= 2 %}\n"
         f"select {FEED_COLUMNS} from {{{{ table_changes(ref('feed'), 2) }}}} as c\n"
+        "{% else %}\n"
+        f"select {FEED_COLUMNS} from {{{{ table_changes(ref('feed'), 0) }}}} as c where false\n"
+        "{% endif %}\n"
     ),
     "feed_v1_to_v1.sql": (
         "{{ config(materialized='table') }}\n"
+        "{% if (rowmerge_latest_version(ref('feed')) or 0) >= 1 %}\n"
         f"select {FEED_COLUMNS} from {{{{ table_changes(ref('feed'), 1, 1) }}}} as c\n"
+        "{% else %}\n"
+        f"select {FEED_COLUMNS} from {{{{ table_changes(ref('feed'), 0) }}}} as c where false\n"
+        "{% endif %}\n"
     ),
     "feed_v0_to_v2.sql": (
         "{{ config(materialized='table') }}\n"
@@ -378,46 +398,38 @@ class TestChangeFeedAndHistory:
         assert timeline["feed_after_recover"] == timeline["feed_after_step3"]
 
     # -- 4. --full-refresh -----------------------------------------------------------------------
-    def test_full_refresh_logs_the_history_restart(self, project, refreshed):
+    def test_full_refresh_is_the_next_version_and_says_so_in_the_run_line(self, project, refreshed):
         r = ok(refreshed["refresh"], "feed")
-        assert not merge_line(r).startswith("MERGE"), merge_line(r)
-        rel = f"{project.test_schema}.feed"
-        expected = (
-            f"rowmerge: full refresh of {rel}: history restarted at version 0 (3 earlier versions "
-            f"forgotten); change feed {rel}__changes truncated (8 change rows removed)"
-        )
-        logged = [
-            line for line in log_lines(refreshed["refresh_log"]) if line.startswith("rowmerge: full refresh")
-        ]
-        assert logged == [expected], refreshed["refresh_log"]
+        assert merge_line(r) == "REPLACE TABLE version 3: 3 rows (replacing 3); 6 change rows"
+        assert r.adapter_response["version"] == 3
+        # Nothing was forgotten: no history-restart line.
+        assert "history restarted" not in refreshed["refresh_log"]
 
-    def test_full_refresh_empties_the_change_table_and_restarts_history(self, project, timeline, refreshed):
+    def test_full_refresh_feed_deletes_the_old_rows_and_inserts_the_new(self, project, timeline, refreshed):
         # The table is what a merge of step 2's SELECT into an empty table inserts: the D row
         # is not (delete_condition), as on every run.
         assert refreshed["feed_after_refresh"] == _sorted([(1, "A", "U"), (3, "c", "I"), (4, "d", "I")])
-        assert refreshed["changes_after_refresh"] == []
+        assert refreshed["changes_after_refresh"] == _sorted(V1_CHANGES + V2_CHANGES + V3_REFRESH)
         assert refreshed["describe_after_refresh"] == timeline["describe_after_create"]
         lines = refreshed["history_after_refresh"]
         assert lines[0] == HEADER
-        assert [split_history(line)[:1] + split_history(line)[2:] for line in lines[1:]] == [
-            ("0", "REPLACE TABLE", "3", "0", "0", "1", "0")
-        ]
+        assert [split_history(line)[0] for line in lines[1:]] == ["3", "2", "1", "0"]
+        assert split_history(lines[1])[2:6] == ("REPLACE TABLE", "3", "0", "3")
 
-    def test_merge_after_full_refresh_writes_version_1(self, project, refreshed):
+    def test_merge_after_full_refresh_writes_the_version_after_it(self, project, refreshed):
         r = ok(refreshed["merge"], "feed")
-        assert r.adapter_response["version"] == 1
+        assert r.adapter_response["version"] == 4
         assert merge_line(r) == "MERGE 1 updated, 1 inserted, 1 deleted; 1 of 1 files rewritten"
         assert refreshed["feed_after_merge"] == _sorted([(3, "c", "I"), (4, "D", "U"), (5, "e", "I")])
-        assert refreshed["changes_after_merge"] == _sorted(
-            [
-                (4, "d", "I", "update_preimage", 1),
-                (4, "D", "U", "update_postimage", 1),
-                (1, "A", "U", "delete", 1),
-                (5, "e", "I", "insert", 1),
-            ]
-        )
+        v4 = [
+            (4, "d", "I", "update_preimage", 4),
+            (4, "D", "U", "update_postimage", 4),
+            (1, "A", "U", "delete", 4),
+            (5, "e", "I", "insert", 4),
+        ]
+        assert refreshed["changes_after_merge"] == _sorted(V1_CHANGES + V2_CHANGES + V3_REFRESH + v4)
         fields = [split_history(line) for line in refreshed["history_after_merge"][1:]]
-        assert [(f[0], f[2]) for f in fields] == [("1", "MERGE"), ("0", "REPLACE TABLE")]
+        assert [(f[0], f[2]) for f in fields][:2] == [("4", "MERGE"), ("3", "REPLACE TABLE")]
 
 
 # -- 7. bad config ---------------------------------------------------------------------------------

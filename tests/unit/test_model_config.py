@@ -95,7 +95,7 @@ def test_unset_keys_arrive_as_none_and_count_as_unset() -> None:
     [
         (0, None, None),
         (3, 5, None),
-        (None, None, "start_version is required"),
+        (None, None, "start_version (or start_ts) is required"),
         (
             -1,
             None,

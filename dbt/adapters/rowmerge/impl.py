@@ -124,12 +124,39 @@ class RowMergeAdapter(SparkAdapter):
         return ""
 
     @available
-    def rowmerge_check_versions(self, relation: Any, start: Any, end: Any = None) -> str:
+    def rowmerge_check_versions(
+        self, relation: Any, start: Any, end: Any = None, start_ts: Any = None, end_ts: Any = None
+    ) -> str:
         """``table_changes`` bounds, checked when the model that reads them compiles."""
-        problem = model_config.version_range_problem(start, end)
+        problem = model_config.version_range_problem(start, end, start_ts, end_ts)
         if problem:
             raise CompilationError(f"table_changes({relation}): {problem}")
         return ""
+
+    @available
+    def rowmerge_changes_range(
+        self, relation: Any, start: Any, end: Any = None, start_ts: Any = None, end_ts: Any = None
+    ) -> dict[str, Any]:
+        """The versions (and timestamp bounds, in microseconds) a ``table_changes`` read covers,
+        checked against the table's journal: a start past its latest version, or a range across
+        a full refresh that wrote no change rows, fails naming the version and the fix."""
+        self.rowmerge_check_versions(relation, start, end, start_ts, end_ts)
+        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
+        try:
+            found = merge.changes_range(spark, str(relation), start, end, start_ts, end_ts)
+        except ValueError as exc:
+            raise CompilationError(f"table_changes({relation}): {exc}") from None
+        return {"start": found.start, "end": found.end, "start_us": found.start_us, "end_us": found.end_us}
+
+    @available
+    def rowmerge_latest_version(self, relation: Any) -> int | None:
+        """The newest version of ``relation`` (None: no such table, or no journal)."""
+        spark = session_for(self.config.credentials)  # type: ignore[arg-type]
+        try:
+            found = merge.history(spark, str(relation), 1)
+        except Exception:  # noqa: BLE001 - no such table yet, or not one of ours
+            return None
+        return int(found[0]["version"]) if found else None
 
     # -- running the engine -----------------------------------------------------------------
     @available

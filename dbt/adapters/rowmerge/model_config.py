@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dbt.adapters.rowmerge.merge.errors import MergeSpecError
+from dbt.adapters.rowmerge.merge.feed_range import parse_timestamp
 from dbt.adapters.rowmerge.merge.spec import (
     DEFAULT_SKIP_UNCHANGED_UPDATES,
     DEFAULT_SOURCE_ALIAS,
@@ -299,14 +300,22 @@ def error_message(relation: str, found: Sequence[str]) -> str:
     return f"Invalid {STRATEGY} config for {relation} ({len(found)} problems):\n  - {listed}"
 
 
-def version_range_problem(start: Any, end: Any) -> str | None:
-    """What is wrong with ``table_changes(relation, start_version, end_version)``'s bounds."""
-    if start is None:
-        return "start_version is required"
+def version_range_problem(start: Any, end: Any, start_ts: Any = None, end_ts: Any = None) -> str | None:
+    """What is wrong with the bounds of ``table_changes(relation, start_version, end_version,
+    start_ts, end_ts)``: versions are numbers >= 0, timestamps ISO 8601 text (UTC unless it
+    says otherwise); a start is required, as a version or a timestamp."""
+    if start is None and start_ts is None:
+        return "start_version (or start_ts) is required"
     for name, value in (("start_version", start), ("end_version", end)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             return (
                 f"{name} must be a version number >= 0 (see `dbt run-operation rowmerge_history`), "
                 f"got {value!r}"
             )
+    for name, value in (("start_ts", start_ts), ("end_ts", end_ts)):
+        if value is not None:
+            try:
+                parse_timestamp(value)
+            except ValueError as exc:
+                return f"{name}: {exc}"
     return None

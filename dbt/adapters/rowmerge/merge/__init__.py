@@ -28,7 +28,7 @@ from .initial import initial_rows
 from .journal import Recovery
 from .metrics import DryRunReport, MergeResult
 from .replace import Replaced, replace_problem, replace_table
-from .run import dry_run, history, rebind, recover, run_merge, start_history, table_stats
+from .run import changes_range, dry_run, history, rebind, recover, run_merge, start_history, table_stats
 from .spec import MergeSpec, merge_sql, parse_spec, static_problems
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "StorageError",
     "UnreadableFileError",
     "UnsupportedTableError",
+    "changes_range",
     "dry_run",
     "history",
     "initial_rows",

@@ -1393,7 +1393,7 @@ def history_row(entry: Entry, applied: bool) -> dict[str, Any]:
     """One version as history reports it: the entry's metrics plus the counts users ask for."""
     m = entry.metrics
     inserted = m.get("numTargetRowsInserted", m.get("numOutputRows", 0))
-    return {
+    row = {
         "version": entry.version,
         "timestamp": entry.timestamp,
         "operation": entry.operation,
@@ -1405,6 +1405,9 @@ def history_row(entry: Entry, applied: bool) -> dict[str, Any]:
         "metrics": m,
         "applied": applied,
     }
+    if entry.feed_skipped:
+        row["feed_skipped"] = entry.feed_skipped
+    return row
 
 
 def _unreadable_row(version: int, applied: bool, reason: str) -> dict[str, Any]:

@@ -59,6 +59,8 @@ from .errors import (
     UnsupportedTableError,
     spark_reason,
 )
+from .feed_range import ChangesRange
+from .feed_range import resolve as resolve_range
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
 from .guards import check_deletes, check_source
 from .journal import Entry, Journal, Recovery, Staging, fault_point
@@ -678,6 +680,23 @@ def history(spark: SparkSession, table_name: str, limit: int | None = None) -> l
     """Committed versions of ``table_name``, newest first."""
     target = load_target(spark, table_name)
     return open_journal(spark, target.location).history(limit)
+
+
+def changes_range(
+    spark: SparkSession,
+    table_name: str,
+    start_version: int | None = None,
+    end_version: int | None = None,
+    start_ts: Any = None,
+    end_ts: Any = None,
+) -> ChangesRange:
+    """The change-feed versions of ``table_name`` a ``table_changes`` read covers, checked
+    against its journal (see feed_range.py); unchecked for a table without one."""
+    try:
+        rows = history(spark, table_name)
+    except (MergeError, AnalysisException):
+        rows = []
+    return resolve_range(table_name, rows, start_version, end_version, start_ts, end_ts)
 
 
 def rebind(
