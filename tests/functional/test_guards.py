@@ -23,6 +23,9 @@ MODELS = {
     "upsert.sql": incremental_model(
         "unique_key='id'", ROWS_1, values("id, name", "(2, 'B')", "(cast(null as int), 'n')", "(3, 'c')")
     ),
+    "strict.sql": incremental_model(
+        "unique_key='id'", ROWS_1, values("id, name", "(2, 'B')", "(cast(null as int), 'n')", "(3, 'c')")
+    ),
 }
 
 
@@ -84,6 +87,48 @@ class TestGuards:
             in line
         ), output
         expect_rows(project, "upsert", [(1, "a"), (2, "B"), (3, "c"), (None, "n")])
+
+    def test_null_keys_fail_the_model_under_warn_error_before_anything_is_written(self, project, built):
+        """The NULL-key warning is a dbt warning: --warn-error stops the merge where it warned."""
+        results = run_dbt(
+            ["--warn-error", "run", "--vars", "{step: 2}", "--select", "strict"], expect_pass=False
+        )
+        r = by_name(results)["strict"]
+        assert r.status == "error"
+        text = " ".join(r.message.split())
+        assert (
+            f"1 source row(s) merged into {project.test_schema}.strict have a NULL in a key column (id)"
+            in text
+        )
+        expect_rows(project, "strict", [(1, "a"), (2, "b")])
+        # ... and without --warn-error the same run merges, warning.
+        ok(run_step(2, "--select", "strict"), "strict")
+        expect_rows(project, "strict", [(1, "a"), (2, "B"), (3, "c"), (None, "n")])
+
+    def test_null_keys_of_the_first_run_are_a_warning_too(self, project, built):
+        path = Path(project.project_root) / "models" / "null_first.sql"
+        path.write_text(
+            incremental_model(
+                "unique_key='id'", values("id, name", "(1, 'a')", "(cast(null as int), 'n')"), ROWS_1
+            )
+        )
+        try:
+            results, output = run_dbt_and_capture(["run", "--select", "null_first"])
+            assert by_name(results)["null_first"].status == "success"
+            line = " ".join(output.split())
+            assert (
+                f"first run of {project.test_schema}.null_first: 1 row(s) have a NULL in a key column (id)"
+                in line
+            ), output
+            failed = run_dbt(
+                ["--warn-error", "run", "--select", "null_first", "--full-refresh"], expect_pass=False
+            )
+            assert by_name(failed)["null_first"].status == "error"
+            assert "have a NULL in a key column (id)" in " ".join(
+                by_name(failed)["null_first"].message.split()
+            )
+        finally:
+            path.unlink()
 
 
 class TestMisspelledStrategy:

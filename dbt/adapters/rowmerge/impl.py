@@ -16,12 +16,16 @@ from typing import Any, TypeVar
 from dbt.adapters.base import available
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.events.types import AdapterEventWarning
 from dbt.adapters.spark.impl import SparkAdapter
+from dbt_common.events.contextvars import get_node_info
+from dbt_common.events.functions import warn_or_error
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 from pyspark.sql import SparkSession
 
 from dbt.adapters.rowmerge import merge, model_config
 from dbt.adapters.rowmerge.connections import RowMergeConnectionManager
+from dbt.adapters.rowmerge.merge.notices import warnings_to
 from dbt.adapters.rowmerge.session import session_for
 
 logger = AdapterLogger("RowMerge")
@@ -45,6 +49,14 @@ if not any(isinstance(h, _ToDbtLog) for h in _engine_logger.handlers):
     _engine_logger.addHandler(_ToDbtLog())
     _engine_logger.setLevel(logging.INFO)
     _engine_logger.propagate = False
+
+
+def _dbt_warning(message: str) -> None:
+    """An engine warning as a dbt warning: shown as one, and an error under ``--warn-error``
+    (or ``--warn-error-options '{"error": ["AdapterEventWarning"]}'``)."""
+    warn_or_error(
+        AdapterEventWarning(name=logger.name, base_msg=message, args=[], node_info=get_node_info())
+    )
 
 
 @dataclass
@@ -87,9 +99,11 @@ class RowMergeAdapter(SparkAdapter):
             raise DbtRuntimeError(str(exc)) from None
 
     def _engine(self, call: Callable[[SparkSession], T], relation: str) -> T:
-        """Run ``call`` on dbt's Spark session; engine errors become dbt errors."""
+        """Run ``call`` on dbt's Spark session; engine errors become dbt errors, engine
+        warnings dbt warnings (``--warn-error`` fails the model where the engine warned, before
+        it writes anything)."""
         spark = session_for(self.config.credentials)  # type: ignore[arg-type]
-        with self._dbt_errors(relation):
+        with self._dbt_errors(relation), warnings_to(_dbt_warning):
             return call(spark)
 
     # -- compiling a model's config (the macros compile, these judge) ------------------------

@@ -11,13 +11,10 @@ merge that would delete more of the table than that, before anything is written.
 
 from __future__ import annotations
 
-import logging
-
 from .errors import DeleteLimitError, EmptySourceError
+from .notices import warn
 from .plan import MergePlan
 from .source import MaterializedSource
-
-logger = logging.getLogger("rowmerge")
 
 
 def check_source(plan: MergePlan, source: MaterializedSource) -> None:
@@ -30,14 +27,10 @@ def check_source(plan: MergePlan, source: MaterializedSource) -> None:
     if source.null_key_rows:
         keys = ", ".join(t for t, _ in plan.key_pairs)
         then = "; an insert clause inserts them as new rows on every run" if plan.not_matched else ""
-        logger.warning(
-            "rowmerge: %d source row(s) merged into %s have a NULL in a key column (%s): NULL equals "
-            "nothing in `on`, so they match no target row%s. Filter them out or coalesce the key "
-            "in the model SQL.",
-            source.null_key_rows,
-            plan.target.name,
-            keys,
-            then,
+        warn(
+            f"{source.null_key_rows} source row(s) merged into {plan.target.name} have a NULL in a "
+            f"key column ({keys}): NULL equals nothing in `on`, so they match no target row{then}. "
+            "Filter them out or coalesce the key in the model SQL."
         )
 
 

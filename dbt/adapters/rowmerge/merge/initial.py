@@ -23,21 +23,20 @@ column.
 
 from __future__ import annotations
 
-import logging
 import re
+from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .errors import ConstraintViolation
 from .journal import utc_now
-from .outputs import inserts, written_key_sample
+from .notices import warn
+from .outputs import inserts, q, written_key_sample
 from .plan import MergePlan, build_plan
 from .source import read_source
 from .spec import MergeSpec
 from .table import TargetTable, sql_name
-
-logger = logging.getLogger("rowmerge")
 
 _UNKNOWN_COLUMN = re.compile(r"with name (`[^ ]+`) cannot be resolved")
 
@@ -61,7 +60,7 @@ def initial_rows(spark: SparkSession, spec: MergeSpec) -> DataFrame:
     plan = build_plan(spec, empty, source, target_df, utc_now(), first_run=True)
     unresolved = [(what, reason) for kind, what, reason in plan.deferred if kind == "not_matched"]
     if unresolved:
-        logger.warning(_every_row_warning(spec.target, unresolved))
+        warn(_every_row_warning(spec.target, unresolved))
         rows = source
     elif not plan.not_matched:
         # No insert clause (an update- or delete-only model): a merge into an empty table
@@ -69,7 +68,7 @@ def initial_rows(spark: SparkSession, spec: MergeSpec) -> DataFrame:
         rows = source
     else:
         rows = inserts(plan, source.alias(plan.sa))
-    _check_constraints(plan, rows)
+    _check_rows(plan, rows)
     return rows
 
 
@@ -87,21 +86,33 @@ def _every_row_warning(target: str, unresolved: list[tuple[str, str]]) -> str:
     )
 
 
-def _check_constraints(plan: MergePlan, rows: DataFrame) -> None:
-    """Raise ConstraintViolation if a row breaks a constraint: one job, before dbt creates the
-    table (a failure inside its CREATE TABLE would leave Spark's raw message, not ours)."""
-    if not plan.constraints:
+def _check_rows(plan: MergePlan, rows: DataFrame) -> None:
+    """One job over the rows the table is created from, before dbt creates it: raise
+    ConstraintViolation if a row breaks a constraint (a failure inside dbt's CREATE TABLE would
+    leave Spark's raw message, not ours), and warn about rows with a NULL key, which no later
+    merge can match (the first run warns as every merge does)."""
+    keys = [t for t, _ in plan.key_pairs]
+    if not plan.constraints and not keys:
         return
     sample = written_key_sample(plan)
+    null_key = reduce(lambda a, b: a | b, [F.col(q(k)).isNull() for k in keys]) if keys else F.lit(False)
     found = rows.select(
         *[F.count(F.when(violated, 1)).alias(f"n{i}") for i, (_, violated) in enumerate(plan.constraints)],
         *[
             F.first(F.when(violated, sample), ignorenulls=True).alias(f"s{i}")
             for i, (_, violated) in enumerate(plan.constraints)
         ],
+        F.count(F.when(null_key, 1)).alias("null_keys"),
     ).collect()[0]
     for i, (constraint, _) in enumerate(plan.constraints):
         if found[f"n{i}"]:
             raise ConstraintViolation(
                 plan.target.name, constraint.label, found[f"s{i}"], found[f"n{i}"], True
             )
+    if found["null_keys"]:
+        then = "; an insert clause inserts such rows again on every run" if plan.not_matched else ""
+        warn(
+            f"first run of {plan.target.name}: {found['null_keys']} row(s) have a NULL in a key column "
+            f"({', '.join(keys)}): NULL equals nothing in `on`, so no later merge matches them{then}. "
+            "Filter them out or coalesce the key in the model SQL."
+        )

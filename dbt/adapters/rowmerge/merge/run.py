@@ -66,6 +66,7 @@ from .guards import check_deletes, check_source
 from .journal import Entry, Journal, Recovery, Staging, fault_point
 from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
+from .notices import warn
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
 from .rewrite import OnePass, StagedFile, write_changes
@@ -297,12 +298,9 @@ def recover_locked(spark: SparkSession, journal: Journal, lock: TableLock, targe
             journal.write_initial(journal.initial_entry(target, "CONVERT"))
         holder = lock.took_over_from()
         version = journal.fence(target.qualified_name, f"lock taken over from {holder}")
-        logger.warning(
-            "rowmerge: took over the expired lock of %s on %s; committed fence version %d so that "
-            "writer can no longer commit",
-            holder,
-            target.name,
-            version,
+        warn(
+            f"took over the expired lock of {holder} on {target.name}; committed fence version "
+            f"{version} so that writer can no longer commit"
         )
     done = journal.recover(spark, target)
     if done:
