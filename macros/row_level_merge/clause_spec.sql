@@ -28,6 +28,7 @@
     'target_alias': aliases.target,
     'source_alias': aliases.source,
     'on': rowmerge_on(cfg, aliases),
+    'on_origin': rowmerge_on_origin(cfg),
     'clauses': rowmerge_clauses(cfg, aliases, columns),
     'skip_unchanged_updates': defaults.skip_unchanged_updates if cfg.get('skip_unchanged_updates') is none else cfg.get('skip_unchanged_updates'),
     'change_data_feed': {'table': changes} if changes else none,
@@ -92,6 +93,18 @@
     {%- do parts.append("(" ~ p ~ ")") -%}
   {%- endfor -%}
   {{ return(parts | join(' AND ')) }}
+{% endmacro %}
+
+
+{#-- The config keys `on` was compiled from, for messages (`unique_key` ...). --#}
+{% macro rowmerge_on_origin(cfg) %}
+  {%- set keys = rowmerge_as_list(cfg.get('unique_key')) | reject('equalto', '') | list -%}
+  {%- if not keys -%}{{ return(none) }}{%- endif -%}
+  {%- set origin = "`unique_key` (" ~ (keys | join(', ')) ~ ")" -%}
+  {%- if rowmerge_as_list(rowmerge_incremental_predicates(cfg)) -%}
+    {%- set origin = origin ~ " with `incremental_predicates`" -%}
+  {%- endif -%}
+  {{ return(origin) }}
 {% endmacro %}
 
 

@@ -51,6 +51,14 @@ def test_star_target_column_missing_from_source_raises(spark, db):
     assert all("needs source column 'b'" in p for p in problems)
     assert problems[0].startswith("clauses[0] (when: matched, action: update)")
     assert problems[1].startswith("clauses[1] (when: not_matched, action: insert)")
+    # each says how to fix it in the words of its own clause: an update can keep the value,
+    # an insert must get one
+    assert "merge_update_columns / merge_exclude_columns" in problems[0]
+    assert "keep the table's value in updates with schema evolution" in problems[0]
+    assert "(on_schema_change='append_new_columns')" in problems[0]
+    assert "`cast(null as int) as b`" in problems[1]
+    assert "insert NULL there with schema evolution (on_schema_change='append_new_columns')" in problems[1]
+    assert "merge_update_columns" not in problems[1]
     assert table_state(spark, t) == before
     assert history(spark, t) == []
 

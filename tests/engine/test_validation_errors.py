@@ -159,6 +159,31 @@ def test_spec_unresolvable_on_raises(spark, db):
     assert err.problems[0].startswith("`on` (t.id = s.nope) cannot be resolved")
 
 
+def test_spec_unresolvable_on_says_which_side_lacks_the_column_and_where_on_came_from(spark, db):
+    """The dbt macros say which config `on` came from (`on_origin`): the message names it, and
+    which side lacks the key column, with that side's columns."""
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a")]])
+    before = table_state(spark, t)
+    src = source_view(spark, f"{db}_src", "cust long, v string", [(1, "A")])
+    with pytest.raises(MergeSpecError) as info:
+        merge(spark, t, src, [STAR_UPDATE], on="t.`id` = s.`id`", on_origin="`unique_key` (id)")
+    assert info.value.problems == [
+        "`unique_key` (id) (merge condition t.`id` = s.`id`) cannot be resolved: "
+        + info.value.problems[0].split("cannot be resolved: ", 1)[1].split("; the source", 1)[0]
+        + f"; the source ({db}_src) has no column 'id' (it has: cust, v): name key columns that the "
+        "model's SQL and the table both have"
+    ]
+    assert "UNRESOLVED_COLUMN" in info.value.problems[0]
+    with pytest.raises(MergeSpecError) as info:
+        merge(spark, t, src, [STAR_UPDATE], on="t.`cust` = s.`cust`", on_origin="`unique_key` (cust)")
+    assert info.value.problems[0].endswith(
+        f"; the target {t} has no column 'cust' (it has: id, v): name key columns that the model's SQL "
+        "and the table both have"
+    )
+    assert table_state(spark, t) == before
+
+
 def test_spec_insert_under_matched_raises(spark, db):
     err = _rejected(spark, db, [{"when": "matched", "action": "insert", "values": "*"}])
     assert err.problems == [

@@ -64,6 +64,12 @@ STATIC = {
 
 # Problems that need the columns: on the first run checked against the model's columns.
 COLUMN_LEVEL = {
+    # the config key the user wrote, not the merge condition compiled from it
+    "unique_key_missing": (
+        "unique_key='cust_id'",
+        "{prefix}`unique_key` names column 'cust_id', which {rel} does not have (columns: id, name); "
+        "name the key column(s) as the model's SQL selects them",
+    ),
     "update_column_missing": (
         "unique_key='id', merge_update_columns=['name', 'nope']",
         "{prefix}`merge_update_columns` names column 'nope', which {rel} does not have (columns: id, name)",

@@ -106,7 +106,7 @@ BAD = {
     ),
     "unknown_key": (
         "unique_key='nope'",
-        "`on` (DBT_INTERNAL_DEST.`nope` = DBT_INTERNAL_SOURCE.`nope`) cannot be resolved",
+        "`unique_key` names column 'nope', which",
     ),
     "insert_reads_the_target": (
         f"unique_key='id', not_matched_condition='{T}.qty > 0'",

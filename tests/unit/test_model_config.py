@@ -193,3 +193,12 @@ def test_without_a_unique_key_the_plain_merge_appends_and_clauses_are_refused() 
         {"unique_key": "", "delete_condition": "true"},
     ):
         assert required in mc.config_problems(cfg, REL), cfg
+
+
+def test_unique_key_must_name_a_column() -> None:
+    found = mc.config_problems({"unique_key": ["id", "cust_id"]}, REL, ["id", "name"])
+    assert found == [
+        f"`unique_key` names column 'cust_id', which {REL} does not have (columns: id, name); name the "
+        "key column(s) as the model's SQL selects them"
+    ]
+    assert mc.config_problems({"unique_key": "`ID`"}, REL, ["id", "name"]) == []

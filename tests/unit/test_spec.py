@@ -184,8 +184,8 @@ def test_parse_spec_collects_every_problem_at_once() -> None:
     problems = problems_of(raw)
     assert problems == [
         "unknown spec key(s) extra; expected some of allow_empty_source, change_data_feed, clauses, "
-        "constraints, lock_timeout_s, max_delete_fraction, on, schema_evolution, skip_unchanged_updates, "
-        "source, source_alias, target, target_alias, version",
+        "constraints, lock_timeout_s, max_delete_fraction, on, on_origin, schema_evolution, "
+        "skip_unchanged_updates, source, source_alias, target, target_alias, version",
         "`version` must be 1, got 2",
         "`target` is required and must be a non-empty string",
         "`skip_unchanged_updates` must be true or false, got 'yes'",

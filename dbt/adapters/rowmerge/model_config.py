@@ -251,11 +251,18 @@ def strategy_problem(strategy: str, valid: Sequence[str]) -> str | None:
 
 
 def _column_problems(config: Mapping[str, Any], relation: str, columns: Sequence[str]) -> list[str]:
-    """Update/exclude column lists against the target's columns (case-insensitive, as Spark)."""
-    if config.get("skip_matched_step"):
-        return []
+    """Key and update/exclude column lists against the table's columns (the model's on the
+    first run; case-insensitive, as Spark)."""
     problems = []
     known = {c.lower() for c in columns}
+    for name in _keys(config.get("unique_key")):
+        if isinstance(name, str) and name.strip("`").lower() not in known:
+            problems.append(
+                f"`unique_key` names column '{name}', which {relation} does not have "
+                f"(columns: {', '.join(columns)}); name the key column(s) as the model's SQL selects them"
+            )
+    if config.get("skip_matched_step"):
+        return problems
     for key in ("merge_update_columns", "merge_exclude_columns"):
         for name in config.get(key) or ():
             if str(name).lower() not in known:

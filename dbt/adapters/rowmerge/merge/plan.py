@@ -18,6 +18,7 @@ so only the expressions of ``on`` and of the clauses are checked, not the plans 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -257,20 +258,18 @@ def _resolve_on(r: _Resolution, s_ctx: DataFrame, t_ctx: DataFrame) -> tuple[str
         joined = s_ctx.join(t_ctx, on_col, "inner")
         joined.schema  # noqa: B018 -- analyses it now (Spark Connect analyses lazily)
         if not _deterministic_top(joined):
-            r.problems.append(
-                f"`on` ({shorten(on)}) is non-deterministic; a merge condition must be repeatable"
-            )
+            r.problems.append(f"{r.spec.on_label} is non-deterministic; a merge condition must be repeatable")
     except Exception as exc:  # AnalysisException, or the parser giving up (py4j)
         if "NON_DETERMINISTIC" in str(exc):
-            r.problems.append(
-                f"`on` ({shorten(on)}) is non-deterministic; a merge condition must be repeatable"
-            )
+            r.problems.append(f"{r.spec.on_label} is non-deterministic; a merge condition must be repeatable")
         else:
-            r.problems.append(f"`on` ({shorten(on)}) cannot be resolved: {_short(exc)}")
+            r.problems.append(
+                f"{r.spec.on_label} cannot be resolved: {_short(exc)}{_on_columns_hint(r, exc)}"
+            )
         raise MergeSpecError(r.problems) from None
     if _top_has_subquery(joined):
         r.problems.append(
-            f"`on` ({shorten(on)}) uses a subquery; join the data in the model SQL and compare "
+            f"{r.spec.on_label} uses a subquery; join the data in the model SQL and compare "
             "with that source column"
         )
         raise MergeSpecError(r.problems)
@@ -382,6 +381,34 @@ def _resolve_constraints(r: _Resolution) -> list[tuple[Constraint, Column]]:
     return out
 
 
+_UNRESOLVED = re.compile(r"UNRESOLVED_COLUMN[^\]]*\][^`]*`([^`]+)`(?:\.`([^`]+)`)?")
+
+
+def _on_columns_hint(r: _Resolution, exc: Exception) -> str:
+    """For a column `on` names that a side lacks: which side, and the columns it has."""
+    found = _UNRESOLVED.search(str(exc))
+    if not found:
+        return ""
+    alias, column = (found.group(1), found.group(2)) if found.group(2) else (None, found.group(1))
+    sa, ta = r.spec.source_alias, r.spec.target_alias
+    source_cols = [c for c in r.source.columns if not c.lower().startswith(PREFIX)]
+    sides = []
+    if alias is None or alias.lower() == sa.lower():
+        if column.lower() not in {c.lower() for c in source_cols}:
+            sides.append(
+                f"the source ({r.spec.source}) has no column '{column}' (it has: {', '.join(source_cols)})"
+            )
+    if alias is None or alias.lower() == ta.lower():
+        if not r.target.has_column(column):
+            sides.append(
+                f"the target {r.target.name} has no column '{column}' (it has: {', '.join(r.target.columns)})"
+            )
+    if not sides:
+        return ""
+    fix = "name key columns that the model's SQL and the table both have" if r.spec.on_origin else ""
+    return "; " + "; ".join(sides) + (f": {fix}" if fix else "")
+
+
 def _values_key(clause: Clause) -> str:
     """The spec key that holds the clause's values, as messages name it."""
     return "set" if clause.action == "update" else "values"
@@ -405,10 +432,22 @@ def _star_values(r: _Resolution, clause: Clause, scope: _Scope) -> dict[str, Col
                 if clause.action == "insert":
                     values[fld.name] = F.lit(None).cast(fld.dataType)
                 continue  # update *: leave unchanged
+            if clause.action == "insert":
+                fix = (
+                    f"add it to the model SQL (NULL if it has no value: `cast(null as "
+                    f"{fld.dataType.simpleString()}) as {fld.name}`), or insert NULL there with schema "
+                    "evolution (on_schema_change='append_new_columns'), or list the insert's values "
+                    "(merge_clauses)"
+                )
+            else:
+                fix = (
+                    "add it to the model SQL, or list the columns to update (merge_update_columns / "
+                    "merge_exclude_columns), or keep the table's value in updates with schema "
+                    "evolution (on_schema_change='append_new_columns')"
+                )
             r.problems.append(
-                f"{label}: `{key}: *` needs source column '{fld.name}' (target column "
-                "missing from the source); add it to the model SQL, or list the "
-                "columns explicitly (merge_update_columns / merge_exclude_columns)"
+                f"{label}: `{key}: *` needs source column '{fld.name}' (the target has it, the "
+                f"source does not); {fix}"
             )
             continue
         col = F.col(q(sa, src_name))

@@ -46,6 +46,7 @@ TOP_LEVEL_KEYS = {
     "target_alias",
     "source_alias",
     "on",
+    "on_origin",
     "clauses",
     "skip_unchanged_updates",
     "change_data_feed",
@@ -127,6 +128,16 @@ class MergeSpec:
     max_delete_fraction: float | None = None
     constraints: tuple[Constraint, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The config `on` was compiled from (the dbt macros set it: `unique_key`, ...), so messages
+    # about `on` name what the user wrote.
+    on_origin: str | None = None
+
+    @property
+    def on_label(self) -> str:
+        """``on`` as messages name it: the config it came from, with the condition."""
+        if self.on_origin:
+            return f"{self.on_origin} (merge condition {shorten(self.on)})"
+        return f"`on` ({shorten(self.on)})"
 
     def of_kind(self, when: str) -> tuple[Clause, ...]:
         return tuple(c for c in self.clauses if c.when == when)
@@ -304,6 +315,9 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
         target=str(raw["target"]).strip(),
         source=str(raw["source"]).strip(),
         on=str(raw["on"]).strip(),
+        on_origin=str(raw["on_origin"])
+        if isinstance(raw.get("on_origin"), str) and raw["on_origin"]
+        else None,
         clauses=clauses,
         target_alias=str(target_alias),
         source_alias=str(source_alias),
