@@ -125,7 +125,7 @@
     {%- endcall -%}
     {% do persist_constraints(target_relation, model) %}
     {%- if strategy == 'row_level_merge' -%}
-      {%- do rowmerge_start_history(target_relation, 'CREATE TABLE') -%}
+      {%- do store_result('main', response=adapter.rowmerge_created(rowmerge_start_history(target_relation, 'CREATE TABLE'))) -%}
     {%- endif -%}
   {%- elif existing_relation.is_view or should_full_refresh() -%}
     {% set is_delta = (file_format == 'delta' and existing_relation.is_delta) %}
@@ -139,7 +139,8 @@
     {%- endcall -%}
     {% do persist_constraints(target_relation, model) %}
     {%- if strategy == 'row_level_merge' -%}
-      {%- do rowmerge_start_history(target_relation, 'CREATE TABLE' if existing_relation.is_view else 'REPLACE TABLE', earlier_versions) -%}
+      {%- set started = rowmerge_start_history(target_relation, 'CREATE TABLE' if existing_relation.is_view else 'REPLACE TABLE', earlier_versions) -%}
+      {%- do store_result('main', response=adapter.rowmerge_created(started)) -%}
     {%- endif -%}
   {%- else -%}
     {%- call statement('create_tmp_relation', language=language) -%}

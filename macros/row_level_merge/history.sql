@@ -1,7 +1,8 @@
 {#--
   Version 0 of a row_level_merge table: called right after dbt created it (first run) or
-  rebuilt it (--full-refresh, or replacing a view). Earlier versions are forgotten and the
-  change table, with change_data_feed, starts empty; a full refresh says so in the log.
+  rebuilt it (a view replaced, or a --full-refresh that changes what a Parquet/ORC table cannot
+  alter in place: see rowmerge_replace). Earlier versions are forgotten and the change table,
+  with change_data_feed, starts empty.
 --#}
 {% macro rowmerge_start_history(relation, operation, earlier_versions=0) %}
   {%- set changes = rowmerge_changes_table(model.config, relation) -%}
@@ -13,8 +14,9 @@
     {%- if changes -%}
       {%- set feed = "; change feed " ~ changes ~ " truncated (" ~ started.changes_rows_removed ~ " change rows removed)" -%}
     {%- endif -%}
+    {#-- the adapter warned why (rowmerge_replace); the counts go to the debug log --#}
     {{ log("rowmerge: full refresh of " ~ relation.render() ~ ": history restarted at version 0 ("
-           ~ earlier_versions ~ " earlier versions forgotten)" ~ feed, info=True) }}
+           ~ earlier_versions ~ " earlier versions forgotten)" ~ feed, info=False) }}
   {%- endif -%}
   {{ return(started) }}
 {% endmacro %}

@@ -546,3 +546,30 @@ def test_lock_killed_waiter_process_does_not_block_the_next_waiter(storage, log_
     thread.join(60)
     assert got == [2]
     assert ticket_files(log_dir) == []
+
+
+def test_lock_waiter_says_who_holds_the_lock_when_it_starts_waiting_and_every_interval(
+    storage, log_dir, monkeypatch
+):
+    """A merge waiting for a table's lock tells the user at once (holder, since when, how long
+    it will wait), and again every WAIT_NOTICE_S while it waits; an uncontended one says nothing."""
+    from dbt.adapters.rowmerge.merge import lock as lock_module
+    from dbt.adapters.rowmerge.merge.notices import warnings_to
+
+    monkeypatch.setattr(lock_module, "WAIT_NOTICE_S", 0.5)
+    told: list[str] = []
+    holder = lock_of(storage, log_dir)
+    with warnings_to(told.append, told.append):
+        holder.acquire()
+        assert told == []
+        timer = threading.Timer(3.5, holder.release)
+        timer.start()
+        with lock_of(storage, log_dir, timeout_s=30):
+            pass
+        timer.join()
+    first = re.escape(f"MERGE on db.t: waiting for the table's lock, held by {holder.owner.describe()}; ")
+    assert re.fullmatch(first + r"gives up in (29|30) s \(lock_timeout_s\)", told[0]), told
+    assert "since " in told[0] and " UTC" in told[0]
+    assert len(told) >= 3, told
+    later = r"MERGE on db\.t: still waiting after \d+ s for the table's lock, held by .*; gives up in \d+ s.*"
+    assert all(re.fullmatch(later, t) for t in told[1:]), told

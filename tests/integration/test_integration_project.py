@@ -220,3 +220,60 @@ def test_console_is_quiet(demo: tuple[subprocess.CompletedProcess[str], Path]) -
     assert "Using an existing Spark session" not in out
     assert "[Stage " not in out
     assert "rowmerge: rowmerge:" not in out and "adapter: rowmerge:" not in out
+
+
+# Lines the JVM prints when its output reaches the console: Java stack frames, Spark's log
+# lines (date, level, class) and its start-up notes.
+_JAVA_FRAME = re.compile(r"^\s*(at [\w$.<>]+\(|Caused by: |\.\.\. \d+ more)")
+_SPARK_LOG = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
+_SPARK_START = (
+    "Using Spark's default log4j profile",
+    "Setting default log level",
+    "WARNING: Using incubator",
+)
+# The only adapter lines of the demo: its deliberate first-run warnings (`op` is selected only
+# by incremental runs; see integration_project/models/orders_cdc*.sql), in batch 0.
+_EXPECTED_ADAPTER_LINES = {
+    0: ["first run of rowmerge_it.orders_cdc: ", "first run of rowmerge_it.orders_cdc_shorthand: "],
+    1: [],
+    2: [],
+}
+
+
+def _batches(stdout: str) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    current = -1
+    for line in stdout.splitlines():
+        found = re.match(r"^##### batch (\d+) #####", line)
+        if found:
+            current = int(found.group(1))
+        out.setdefault(current, []).append(line)
+    return out
+
+
+@pytest.mark.slow
+def test_console_shows_dbt_lines_only(demo: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    """What a user sees of a `dbt build` batch: dbt's own lines (one START and one result line
+    per model), nothing from Spark's JVM (start-up lines, log lines, Java stack traces: they are
+    in logs/spark.log) and no adapter progress line (those are at --log-level debug)."""
+    proc, work_dir = demo
+    assert proc.returncode == 0, proc.stdout[-20000:]
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert [line for line in lines if _JAVA_FRAME.match(line)] == []
+    assert [line for line in lines if _SPARK_LOG.match(line)] == []
+    assert [line for line in lines if line.startswith(_SPARK_START)] == []
+    for batch, batch_lines in _batches(proc.stdout).items():
+        if batch < 0:
+            continue
+        marker = "RowMerge adapter: "
+        adapter = sorted(line.split(marker, 1)[1] for line in batch_lines if marker in line)
+        expected = _EXPECTED_ADAPTER_LINES[batch]
+        assert len(adapter) == len(expected), (batch, adapter)
+        assert all(got.startswith(want) for got, want in zip(adapter, expected, strict=True)), adapter
+        # one START line and one result line per model: nothing else names a model
+        for model in EXPECTED_MERGES[1]:
+            name = f"rowmerge_it.{model}"
+            named = [line for line in batch_lines if f"{name} " in line or line.endswith(name)]
+            assert len(named) == 2, (batch, model, named)
+    spark_logs = [p for p in work_dir.rglob("spark.log") if p.stat().st_size > 0]
+    assert spark_logs, "Spark's own lines were not kept in logs/spark.log"

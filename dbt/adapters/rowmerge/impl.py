@@ -33,7 +33,11 @@ T = TypeVar("T")
 
 
 class _ToDbtLog(logging.Handler):
-    """Forward the engine's phase log lines (logger ``rowmerge``) to dbt's log."""
+    """Forward the engine's log lines (logger ``rowmerge``) to dbt's log: its phase lines
+    ("materializing the source", "scanning 3 of 64 files", ...) at debug level (the console
+    shows dbt's own run line per model; ``--log-level debug`` shows these too), warnings as
+    warnings. Inside an engine call warnings and progress notes bypass the log and reach dbt as
+    events (:meth:`RowMergeAdapter._engine`)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         # dbt's logger already says "RowMerge adapter: "; drop the engine's own prefix.
@@ -41,7 +45,7 @@ class _ToDbtLog(logging.Handler):
         if record.levelno >= logging.WARNING:
             logger.warning(message)
         else:
-            logger.info(message)
+            logger.debug(message)
 
 
 _engine_logger = logging.getLogger("rowmerge")
@@ -103,7 +107,7 @@ class RowMergeAdapter(SparkAdapter):
         warnings dbt warnings (``--warn-error`` fails the model where the engine warned, before
         it writes anything)."""
         spark = session_for(self.config.credentials)  # type: ignore[arg-type]
-        with self._dbt_errors(relation), warnings_to(_dbt_warning):
+        with self._dbt_errors(relation), warnings_to(_dbt_warning, logger.info):
             return call(spark)
 
     # -- compiling a model's config (the macros compile, these judge) ------------------------
@@ -312,9 +316,13 @@ class RowMergeAdapter(SparkAdapter):
             rows = spark.table(rows_view)
             problem = merge.replace_problem(spark, str(relation), rows, parts, fmt)
             if problem:
-                logger.info(
-                    f"full refresh of {relation} rebuilds the table and starts a new history: {problem}"
-                )
+                if problem != merge.NO_JOURNAL:
+                    _dbt_warning(
+                        f"full refresh of {relation} rebuilds the table, so its history restarts at "
+                        f"version 0 and its change feed, if any, starts empty: {problem} (Spark alters "
+                        "a Parquet/ORC table only by adding columns). Consumers of its change feed "
+                        "must start over."
+                    )
                 return None
             return merge.replace_table(
                 spark,
@@ -340,6 +348,15 @@ class RowMergeAdapter(SparkAdapter):
                 "numTargetFilesAdded": done.files_added,
                 "numTargetFilesRemoved": done.files_removed,
             },
+        )
+
+    @available
+    def rowmerge_created(self, started: dict[str, Any]) -> RowMergeAdapterResponse:
+        """The run line of a first run (or a rebuild): the rows the table was created with."""
+        operation = str(started.get("operation") or "CREATE TABLE")
+        rows = int(started.get("rows") or 0)
+        return RowMergeAdapterResponse(
+            _message=f"{operation} {rows} rows", code=operation, rows_affected=rows, version=0
         )
 
     @available

@@ -27,11 +27,12 @@ from .errors import (
 from .initial import initial_rows
 from .journal import Recovery
 from .metrics import DryRunReport, MergeResult
-from .replace import Replaced, replace_problem, replace_table
+from .replace import NO_JOURNAL, Replaced, replace_problem, replace_table
 from .run import changes_range, dry_run, history, rebind, recover, run_merge, start_history, table_stats
 from .spec import MergeSpec, merge_sql, parse_spec, static_problems
 
 __all__ = [
+    "NO_JOURNAL",
     "CardinalityViolation",
     "CastError",
     "ConcurrentMergeError",

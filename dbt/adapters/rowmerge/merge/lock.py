@@ -55,6 +55,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import ConcurrentMergeError
+from .notices import progress
 from .storage import Storage
 
 LOCK_DIR = "lock"
@@ -68,6 +69,8 @@ DEFAULT_LEASE_S = 60.0
 # Advanced: the lease length, for clusters with long driver pauses (and for tests).
 LEASE_ENV = "ROWMERGE_LOCK_LEASE_S"
 POLL_S = (0.2, 2.0)  # first and longest wait between looks at a held lock
+# A writer that waits for the lock says so when it starts waiting and again this often.
+WAIT_NOTICE_S = 30.0
 
 
 def _read_first(path: str) -> str | None:
@@ -292,9 +295,11 @@ class TableLock:
 
     # -- acquire / release ------------------------------------------------------------------
     def acquire(self) -> None:
-        deadline = time.monotonic() + self.timeout_s
+        started = time.monotonic()
+        deadline = started + self.timeout_s
         wait = POLL_S[0]
         self._waiting_since = None
+        told = None  # when the user was last told this writer waits (None: not yet)
         try:
             while True:
                 listing = self._list()
@@ -315,6 +320,11 @@ class TableLock:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise self._timeout_error(lease, free, listing.tickets)
+                now = time.monotonic()
+                if told is None or now - told >= WAIT_NOTICE_S:
+                    waited = 0.0 if told is None else now - started
+                    progress(self._wait_notice(lease, free, listing.tickets, waited, left))
+                    told = now
                 nap = min(wait, left, self.owner.lease_s / 4)
                 self._keep_place(listing.tickets, nap)
                 time.sleep(nap)
@@ -508,6 +518,23 @@ class TableLock:
                 f"{self.owner.operation} on {self.table} aborted: the table's lock could not be renewed "
                 "before its lease expired (storage unreachable?). Nothing was changed; run the model again."
             )
+
+    def _wait_notice(
+        self, lease: Lease | None, free: bool, tickets: list[Ticket], waited: float, left: float
+    ) -> str:
+        """What a waiting writer tells the user: who holds the lock, since when, and how long
+        this writer will wait (said when it starts waiting and every WAIT_NOTICE_S)."""
+        if free:
+            ahead = self._live_ahead(tickets, first_only=True) if tickets else []
+            whom = f"queued behind {ahead[0].describe()}" if ahead else "queued behind an earlier writer"
+        else:
+            # describe() says since when: "MERGE on db.t by pid 7 on host h, since ... UTC"
+            whom = f"held by {lease.owner.describe() if lease and lease.owner else 'an unknown writer'}"
+        state = "waiting" if waited == 0 else f"still waiting after {waited:.0f} s"
+        return (
+            f"{self.owner.operation} on {self.table}: {state} for the table's lock, {whom}; gives up "
+            f"in {left:.0f} s (lock_timeout_s)"
+        )
 
     def _timeout_error(self, lease: Lease | None, free: bool, tickets: list[Ticket]) -> ConcurrentMergeError:
         gave_up = (

@@ -47,6 +47,7 @@ from .table import TargetTable, add_columns, column_ddl, load_target
 logger = logging.getLogger("rowmerge")
 
 OPERATION = "REPLACE TABLE"
+NO_JOURNAL = "it has no rowmerge journal"  # nothing to keep: dbt rebuilds it, with no history lost
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def replace_problem(
     except UnsupportedTableError as exc:
         return str(exc)
     if not open_journal(spark, target.location).versions():
-        return "it has no rowmerge journal"
+        return NO_JOURNAL
     return _shape_problem(target, rows, partition_by, file_format)
 
 

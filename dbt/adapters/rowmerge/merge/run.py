@@ -66,7 +66,7 @@ from .guards import check_deletes, check_source
 from .journal import Entry, Journal, Recovery, Staging, fault_point
 from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
-from .notices import warn
+from .notices import progress, warn
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
 from .rewrite import OnePass, StagedFile, write_changes
@@ -266,7 +266,8 @@ def dry_run(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> DryRunR
     )
     logger.info("rowmerge: %s", report.summary())
     for label, _, count in report.clauses:
-        logger.info("rowmerge: %s: dry run: %s: %d row(s)", target.name, label, count)
+        # what a dry run was asked for: shown beside dbt's run line (which has the totals)
+        progress(f"{target.name}: dry run: {label}: {count} row(s)")
     return report
 
 
