@@ -4,7 +4,7 @@
 the last version it read. It runs before a full refresh of `src`, after it and after the
 next merge; every change row reaches it exactly once, and applying them in order gives
 exactly `src`. A model that opts out of feed rows for its full refreshes makes a read across
-the refresh fail naming it; a start past the latest version fails; `--empty` reads no change
+the refresh fail naming it; a start past the next version fails; `--empty` reads no change
 row; a read by timestamp selects the versions committed in the range.
 """
 
@@ -130,13 +130,14 @@ class TestFeedAcrossFullRefresh:
         finally:
             path.unlink()
 
-    def test_start_past_the_latest_version_fails(self, project, timeline):
-        path = _write(project, "reads_ahead.sql", "select * from {{ table_changes(ref('src'), 4) }} as c\n")
+    def test_start_past_the_next_version_fails(self, project, timeline):
+        path = _write(project, "reads_ahead.sql", "select * from {{ table_changes(ref('src'), 5) }} as c\n")
         try:
             r = by_name(run_dbt(["run", "--select", "reads_ahead"], expect_pass=False))["reads_ahead"]
             assert r.status == "error"
             rel = f"{project.test_schema}.src"
-            assert f"start_version 4 is past the latest version of {rel} (3)" in " ".join(r.message.split())
+            text = " ".join(r.message.split())
+            assert f"start_version 5 is past the latest version of {rel} (3; the next one will be 4)" in text
         finally:
             path.unlink()
 

@@ -35,12 +35,20 @@ def test_version_range_within_history_is_kept():
     assert resolve(REL, H, 0, 99) == ChangesRange(0, 99)
 
 
-def test_start_past_the_latest_version_fails_naming_it():
+def test_start_past_the_next_version_fails_naming_it():
     with pytest.raises(ValueError) as raised:
-        resolve(REL, H, 4)
+        resolve(REL, H, 5)
     message = str(raised.value)
-    assert message.startswith(f"start_version 4 is past the latest version of {REL} (3)")
+    assert message.startswith(
+        f"start_version 5 is past the latest version of {REL} (3; the next one will be 4)"
+    )
     assert f"rowmerge_latest_version({REL})" in message and "--full-refresh" in message
+
+
+def test_start_at_the_next_version_reads_nothing_yet():
+    """A consumer that is up to date (or a first run summarizing from version 1) reads nothing."""
+    assert resolve(REL, H, 4) == ChangesRange(4, None)
+    assert resolve(REL, H[-1:], 1) == ChangesRange(1, None)  # only version 0 so far
 
 
 def test_range_across_a_full_refresh_without_change_rows_fails_naming_it():
@@ -50,9 +58,7 @@ def test_range_across_a_full_refresh_without_change_rows_fails_naming_it():
         (2, "2026-11-26T10:00:00.000+00:00", "change_data_feed_on_replace is false"),
         (3, "2026-11-26T11:00:00.000+00:00", None),
     )
-    with pytest.raises(
-        ValueError, match=r"version 2 of analytics.orders is a full refresh \(REPLACE TABLE"
-    ):
+    with pytest.raises(ValueError, match=r"version 2 of analytics.orders is a full refresh \(REPLACE TABLE"):
         resolve(REL, h, 1)
     with pytest.raises(ValueError, match="Read from version 3 on"):
         resolve(REL, h, 0, 2)
@@ -70,11 +76,9 @@ def test_timestamps_select_the_versions_committed_between_them_inclusive():
     assert resolve(REL, H, start_version=0, end_ts="2026-01-01 00:00:00").end == -1
 
 
-def test_start_ts_after_the_latest_commit_fails():
-    with pytest.raises(
-        ValueError, match=r"start_ts 2026-11-26T11:00:00.001000\+00:00 is after the latest"
-    ):
-        resolve(REL, H, start_ts="2026-11-26 11:00:00.001")
+def test_start_ts_after_the_latest_commit_reads_nothing_yet():
+    got = resolve(REL, H, start_ts="2026-11-26 11:00:00.001")
+    assert (got.start, got.end) == (4, None)
 
 
 def test_without_history_the_bounds_are_taken_as_given():

@@ -1,13 +1,15 @@
 """Which change-feed versions a ``table_changes`` read covers, checked against the journal.
 
-A consumer that remembers the last version it applied asks for the versions after it. Two
-reads would silently return less than the consumer needs, so they fail instead, naming the
-version and the fix: a start past the table's latest version (no such version yet, or the
-table's history restarted under the consumer), and a range across a full refresh that wrote
-no change rows (``change_data_feed_on_replace: false``: applying the feed would miss the
-replace). Timestamps select the versions committed in ``[start_ts, end_ts]`` (inclusive,
-UTC); commit timestamps only go forward (:meth:`.journal.Journal.commit_time`), so a time range
-is a version range.
+A consumer that remembers the last version it applied asks for the versions after it: the
+next version, which reads nothing until it is committed (a quiet hour, a first run that
+summarizes the changes from version 1). Two reads would silently return less than the
+consumer needs, so they fail instead, naming the version and the fix: a start past the next
+version (there is no such version: the table's history restarted under the consumer, or the
+consumer's bookkeeping is wrong), and a range across a full refresh that wrote no change rows
+(``change_data_feed_on_replace: false``: applying the feed would miss the replace).
+Timestamps select the versions committed in ``[start_ts, end_ts]`` (inclusive, UTC); commit
+timestamps only go forward (:meth:`.journal.Journal.commit_time`), so a time range is a
+version range (a ``start_ts`` after the latest commit reads nothing yet).
 """
 
 from __future__ import annotations
@@ -76,25 +78,19 @@ def resolve(
     start = start_version if start_version is not None else 0
     end = end_version
     if start_at is not None:
+        # after the latest commit: nothing committed since (the next version, not yet there)
         later = [v for v, at, _ in versions if at is not None and at >= start_at]
-        if not later:
-            raise ValueError(
-                f"start_ts {start_at.isoformat()} is after the latest commit of {relation} (version "
-                f"{latest} at {latest_at.isoformat() if latest_at else 'an unknown time'}): there are "
-                "no changes from then yet. Read from an earlier time, or check the latest version first "
-                f"(rowmerge_latest_version({relation}))."
-            )
-        start = max(start, later[0])
+        start = max(start, later[0] if later else latest + 1)
     if end_at is not None:
         earlier = [v for v, at, _ in versions if at is not None and at <= end_at]
         end = min(end, earlier[-1]) if end is not None and earlier else (earlier[-1] if earlier else -1)
-    if start > latest:
+    if start > latest + 1:
         raise ValueError(
-            f"start_version {start} is past the latest version of {relation} ({latest}): there is no "
-            "such version yet, or the table's history restarted since the consumer read it (a full "
-            "refresh that had to rebuild the table). Read from a version <= "
-            f"{latest} (check it with rowmerge_latest_version({relation})), or rebuild the consumer "
-            "with --full-refresh."
+            f"start_version {start} is past the latest version of {relation} ({latest}; the next one "
+            f"will be {latest + 1}): there is no such version, or the table's history restarted since "
+            "the consumer read it (a full refresh that had to rebuild the table). Read from a version "
+            f"<= {latest + 1} (rowmerge_latest_version({relation}) tells the latest), or rebuild the "
+            "consumer with --full-refresh."
         )
     last = latest if end is None else min(end, latest)
     for v, at, h in versions:
