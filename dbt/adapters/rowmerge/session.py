@@ -26,7 +26,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -87,9 +87,15 @@ def shared_session(parameters: Mapping[str, Any], remote: str | None = None) -> 
     if not quiet:
         return builder.getOrCreate()
     log = os.path.join(log_dir(), SPARK_LOG)
-    with _jvm_output_to(log):
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(_jvm_output_to(log))
+        except OSError as exc:  # an unwritable log folder must not stop dbt: Spark prints as before
+            _dbt_log.debug(f"Spark's output stays on the console: cannot write {log} ({exc})")
+            log = ""
         session = builder.getOrCreate()
-    _dbt_log.debug(f"Spark's own log lines (start-up, task errors with Java stack traces): {log}")
+    if log:
+        _dbt_log.debug(f"Spark's own log lines (start-up, task errors with Java stack traces): {log}")
     return session
 
 
