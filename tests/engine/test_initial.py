@@ -102,10 +102,10 @@ def test_an_insert_clause_reading_a_later_column_keeps_every_row_with_a_warning(
         engine_log.removeHandler(seen)
     assert got == _sorted(SOURCE)
     assert seen.messages == [
-        f"first run of {db}.new: the table is created from every row of the model, because clauses[1] "
-        "(when: not_matched, action: insert) condition (s.n > 0 AND NOT (s.op = 'D')) reads `s`.`op`, which "
-        "the model does not select on this run. Later runs apply the clause; select the column on every "
-        "run (e.g. a constant in the first-run branch) to apply it on the first run too."
+        f"rowmerge: first run of {db}.new: the table is created from every row of the model, because "
+        "clauses[1] (when: not_matched, action: insert) condition (s.n > 0 AND NOT (s.op = 'D')) reads "
+        "`s`.`op`, which the model does not select on this run. Later runs apply the clause; select the "
+        "column on every run (e.g. a constant in the first-run branch) to apply it on the first run too."
     ]
 
 
