@@ -244,9 +244,9 @@ def _batches(stdout: str) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     current = -1
     for line in stdout.splitlines():
-        found = re.match(r"^##### batch (\d+) #####", line)
-        if found:
-            current = int(found.group(1))
+        if line.startswith("#####"):  # a batch, or the --empty runs after them (-1)
+            found = re.match(r"^##### batch (\d+) #####", line)
+            current = int(found.group(1)) if found else -1
         out.setdefault(current, []).append(line)
     return out
 
