@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -38,6 +38,7 @@ from .cdf import CHANGE_TYPE, DELETE, INSERT, ChangesTable, feed_schema, prepare
 from .errors import MergeCommittedError, UnsupportedTableError
 from .filestats import indexed_columns
 from .journal import Journal, Staging, fault_point
+from .lock import TableLock
 from .outputs import q
 from .rewrite import StagedFile, staged_files
 from .run import open_journal, recover_locked, storage_errors, table_lock
@@ -61,28 +62,17 @@ class Replaced:
     files_removed: int
     files_added: int
     changes_table: str | None
-    feed_rows: int  # change rows written (0 when the model opted out)
+    feed_rows: int  # change rows written
+    opted_out: bool  # change_data_feed_on_replace: false (no change rows, by choice)
 
     def summary(self) -> str:
         feed = ""
         if self.changes_table:
-            feed = f"; {self.feed_rows} change rows" if self.feed_rows else "; no change rows (opted out)"
+            feed = "; no change rows (opted out)" if self.opted_out else f"; {self.feed_rows} change rows"
         return (
             f"REPLACE TABLE version {self.version}: {self.rows_inserted} rows "
             f"(replacing {self.rows_deleted}){feed}"
         )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "rows_deleted": self.rows_deleted,
-            "rows_inserted": self.rows_inserted,
-            "files_removed": self.files_removed,
-            "files_added": self.files_added,
-            "changes_table": self.changes_table,
-            "feed_rows": self.feed_rows,
-            "message": self.summary(),
-        }
 
 
 def _plain(field: StructField) -> tuple[str, str]:
@@ -164,7 +154,7 @@ def replace_table(
             target = load_target(spark, table_name)
         journal.check_bound(target)
         versions = journal.versions()
-        problem = _shape_problem(target, rows, partition_by, file_format) if versions else "it has no journal"
+        problem = _shape_problem(target, rows, partition_by, file_format) if versions else NO_JOURNAL
         if problem:
             raise UnsupportedTableError(
                 f"{OPERATION} {target.name} cannot keep the table's history: {problem}"
@@ -175,7 +165,7 @@ def replace_table(
 def _replace(
     spark: SparkSession,
     journal: Journal,
-    lock: Any,
+    lock: TableLock,
     target: TargetTable,
     rows: DataFrame,
     versions: list[int],
@@ -263,7 +253,15 @@ def _replace(
             journal.discard(staging)
     feed_rows = old_rows + new_rows if changes is not None else 0
     done = Replaced(
-        target.name, version, old_rows, new_rows, len(removed), len(staged), change_data_feed, feed_rows
+        target.name,
+        version,
+        old_rows,
+        new_rows,
+        len(removed),
+        len(staged),
+        change_data_feed,
+        feed_rows,
+        opted_out=bool(change_data_feed) and not feed_on_replace,
     )
     logger.info("rowmerge: %s: %s", target.name, done.summary())
     return done
@@ -288,7 +286,7 @@ def _write_feed(
     fields: list[StructField],
     staging: Staging,
     journal: Journal,
-    timestamp: Any,
+    timestamp: datetime,
 ) -> list[StagedFile]:
     """Every current row as ``delete`` and every staged row as ``insert``: both read from
     files (the table's and the staged ones), so the feed is exactly what the commit swaps."""
