@@ -28,6 +28,7 @@ from .initial import initial_rows
 from .journal import Recovery
 from .metrics import DryRunReport, MergeResult
 from .replace import NO_JOURNAL, Replaced, replace_problem, replace_table
+from .reshape import finish_refresh
 from .run import changes_range, dry_run, history, rebind, recover, run_merge, start_history, table_stats
 from .spec import MergeSpec, merge_sql, parse_spec, static_problems
 
@@ -54,6 +55,7 @@ __all__ = [
     "UnsupportedTableError",
     "changes_range",
     "dry_run",
+    "finish_refresh",
     "history",
     "initial_rows",
     "merge_sql",

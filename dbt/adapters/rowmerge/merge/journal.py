@@ -42,7 +42,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -287,6 +287,16 @@ class Entry:
     # A REPLACE TABLE that wrote no change rows (the model opted out): why. table_changes
     # refuses a range across it, since a consumer applying the feed would miss the replace.
     feed_skipped: str | None = None
+    # A REPLACE TABLE that changes what the catalog holds (columns, partitioning, format): the
+    # table as it is registered again over its folder (reshape.Shape as JSON; see reshape.py).
+    catalog: dict[str, Any] | None = None
+
+    def partition_layout(self, current: Sequence[str]) -> list[str]:
+        """The partition columns this entry's files are laid out by: the catalog's it
+        registers, else the table's ``current`` ones."""
+        if self.catalog is not None:
+            return [str(c) for c in self.catalog.get("partition_by") or ()]
+        return list(current)
 
     @property
     def is_write(self) -> bool:
@@ -317,6 +327,8 @@ class Entry:
             out["reason"] = self.reason
         if self.feed_skipped is not None:
             out["feed_skipped"] = self.feed_skipped
+        if self.catalog is not None:
+            out["catalog"] = self.catalog
         out["added"] = [f.as_json() for f in self.added]
         out["removed"] = [f.as_json() for f in self.removed]
         if self.is_write:
@@ -386,6 +398,7 @@ class Entry:
             cdf=cdf,
             reason=raw.get("reason") if isinstance(raw.get("reason"), str) else None,
             feed_skipped=raw.get("feed_skipped") if isinstance(raw.get("feed_skipped"), str) else None,
+            catalog=r.mapping("catalog") if merge and "catalog" in raw else None,
         )
 
 
@@ -839,7 +852,7 @@ class Journal:
         committing writer, before its commit point (it has just written the staged files, so
         they are not looked for, and a refusal is an error of its merge, not of the journal).
         """
-        problems = self.problems(entry, target.partition_columns)
+        problems = self.problems(entry, entry.partition_layout(target.partition_columns))
         if problems:
             raise self._damaged(
                 entry.version, target.name, "does not describe a commit of this table: " + "; ".join(problems)
@@ -1000,6 +1013,7 @@ class Journal:
         metrics: Mapping[str, Any],
         operation: str = "MERGE",
         feed_skipped: str | None = None,
+        catalog: Mapping[str, Any] | None = None,
     ) -> Entry:
         """The entry of a merge (or of a full refresh: ``operation`` REPLACE TABLE) planned as
         ``version``: everything recovery needs to finish it.
@@ -1057,6 +1071,7 @@ class Journal:
             cdf=cdf,
             metrics=dict(metrics),
             feed_skipped=feed_skipped,
+            catalog=dict(catalog) if catalog is not None else None,
         )
 
     def commit_time(self, versions: Sequence[int]) -> datetime:
@@ -1232,7 +1247,7 @@ class Journal:
             register_partitions(spark, feed_ident, [cdf.partition])
         fault_point("registered")
         for i, f in enumerate(entry.removed):
-            self._remove(f.path, entry.version)
+            self.remove_replaced(f.path, entry.version)
             fault_point(f"delete_{i}")
         fault_point("before_applied")
         marker = self.applied_path(entry.version)
@@ -1254,7 +1269,7 @@ class Journal:
             return
         raise StepNotDone(f"could not move {staged} to {path}: the storage reported the move as not done")
 
-    def _remove(self, path: str, version: int) -> None:
+    def remove_replaced(self, path: str, version: int) -> None:
         """Delete a file ``version`` replaces. A delete the storage reports as not done (Hadoop
         returns false) is done if the file is gone (an earlier replay deleted it); a file that
         is still there stops the apply, which leaves the entry unapplied for recovery."""
@@ -1300,8 +1315,18 @@ class Journal:
         add_columns(spark, ident, column_ddl(schema.fields))
         return ident
 
-    def recover(self, spark: SparkSession, target: TargetTable) -> Recovery:
-        """Roll unapplied entries forward and orphan staging back (hold the lock)."""
+    def recover(
+        self,
+        spark: SparkSession,
+        target: TargetTable,
+        reregister: Callable[[Entry], TargetTable] | None = None,
+    ) -> Recovery:
+        """Roll unapplied entries forward and orphan staging back (hold the lock).
+
+        ``reregister``: registers the table again as an entry's ``catalog`` says (a full
+        refresh that changed its shape; reshape.py), once the entry is checked and before it
+        is applied; returns the table as registered then.
+        """
         done = Recovery()
         versions, applied, strays = self.scan_log()
         if strays:
@@ -1320,6 +1345,8 @@ class Journal:
                 continue
             entry = newest if newest is not None and v == newest.version else self.entry(v, target.name)
             self.check(entry, target)
+            if entry.catalog is not None and reregister is not None:
+                target = reregister(entry)
             try:
                 self.apply(spark, entry, target)
             except FileNotFoundError as exc:

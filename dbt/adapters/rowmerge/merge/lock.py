@@ -50,6 +50,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -490,6 +492,29 @@ class TableLock:
             self._file(self.generation, HEARTBEAT_SUFFIX), json.dumps({"expires_at": expires})
         )
         self._expires_at = expires
+
+    @contextmanager
+    def moving(self) -> Iterator[None]:
+        """Renewal paused while the journal folder, and this lock with it, moves (a full
+        refresh that registers its table again parks the journal beside the table's folder;
+        see reshape.py): a heartbeat written mid-move would recreate the folder at its old
+        place. The lease is renewed first, so the pause runs on a whole lease; after it the
+        lease is renewed at the new place (see :meth:`relocate`) and checked."""
+        self.renew()
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+            self._renewer = None
+        try:
+            yield
+        finally:
+            if self.generation is not None and not self._lost:
+                self._start_renewal()
+        self.check()
+
+    def relocate(self, log_dir: str) -> None:
+        """The journal folder (holding this lock) now lives at ``log_dir``."""
+        self.dir = f"{log_dir}/{LOCK_DIR}"
 
     def lost(self) -> bool:
         """True if another writer has taken the lease over (a cheap listing; never raises)."""

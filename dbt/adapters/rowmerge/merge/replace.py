@@ -14,18 +14,20 @@ consumer that applies the feed (deletes before inserts within a version) ends wi
 table. A model may opt out (``change_data_feed_on_replace: false``): the entry then records
 why it wrote no change rows, and ``table_changes`` refuses a range across it.
 
-In place means the catalog entry stays: same file format and partitioning, and the table's
-columns are the first columns of the model (a refresh may add columns at the end, as schema
-evolution does). A refresh that drops, retypes or reorders a column, or changes the
-partitioning or format, cannot keep the catalog entry of a Parquet/ORC table (Spark alters
-such a table only by adding columns); :func:`replace_problem` says so and dbt rebuilds the
-table its own way, which starts a new history.
+The catalog entry stays when the file format and partitioning stay and the table's columns
+are the first columns of the model (a refresh may add columns at the end, as schema evolution
+does). A refresh that drops, retypes or reorders a column, or changes the partitioning or
+format, is the same kind of version, whose apply registers the table again over the same
+folder (reshape.py): history and feed go on here too. The change table then keeps a dropped
+column (NULL in later rows); it cannot hold a column whose type changed, so a model with a
+change feed whose refresh retypes a column is rebuilt by dbt, starting a new history
+(:func:`replace_problem` says why, and dbt warns).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -35,14 +37,17 @@ from pyspark.sql.types import StructField, StructType
 
 from . import feed_owner
 from .cdf import CHANGE_TYPE, DELETE, INSERT, ChangesTable, feed_schema, prepare_feed_table, write_feed_rows
-from .errors import MergeCommittedError, UnsupportedTableError
+from .errors import MergeCommittedError, StorageError, UnsupportedTableError
 from .filestats import indexed_columns
 from .journal import Journal, Staging, fault_point
 from .lock import TableLock
 from .outputs import q
+from .reshape import Shape, plan_shape, reregister
 from .rewrite import StagedFile, staged_files
 from .run import open_journal, recover_locked, storage_errors, table_lock
 from .spec import DEFAULT_LOCK_TIMEOUT_S
+from .sqltext import sql_string
+from .storage import storage_for
 from .table import TargetTable, add_columns, column_ddl, load_target
 
 logger = logging.getLogger("rowmerge")
@@ -85,8 +90,9 @@ def replace_problem(
     rows: DataFrame,
     partition_by: Sequence[str] = (),
     file_format: str = "parquet",
+    change_data_feed: str | None = None,
 ) -> str | None:
-    """Why ``table_name`` cannot be replaced in place by ``rows`` (None: it can).
+    """Why ``table_name`` cannot be replaced by ``rows`` as its next version (None: it can).
 
     Read without the lock, to choose the path; :func:`replace_table` checks again under it.
     """
@@ -96,7 +102,48 @@ def replace_problem(
         return str(exc)
     if not open_journal(spark, target.location).versions():
         return NO_JOURNAL
-    return _shape_problem(target, rows, partition_by, file_format)
+    if _shape_problem(target, rows, partition_by, file_format) is None:
+        return None
+    try:
+        _plan_reshape(spark, target, rows, partition_by, file_format, change_data_feed, None)
+    except UnsupportedTableError as exc:
+        return str(exc)
+    return None
+
+
+def _plan_reshape(
+    spark: SparkSession,
+    target: TargetTable,
+    rows: DataFrame,
+    partition_by: Sequence[str],
+    file_format: str,
+    change_data_feed: str | None,
+    properties: Mapping[str, str] | None,
+) -> Shape:
+    """The shape a refresh that cannot keep the catalog entry registers the table with;
+    UnsupportedTableError saying why it cannot be registered again (dbt rebuilds it then)."""
+    by_name = {f.name.lower(): f for f in rows.schema.fields}
+    missing = [p for p in partition_by if p.lower() not in by_name]
+    if missing:
+        raise UnsupportedTableError(f"the model does not select partition column(s) {', '.join(missing)}")
+    if change_data_feed:
+        retyped = [
+            f"{f.name} ({_plain(f)[1]} -> {_plain(by_name[f.name.lower()])[1]})"
+            for f in target.schema.fields
+            if f.name.lower() in by_name and _plain(f) != _plain(by_name[f.name.lower()])
+        ]
+        if retyped:
+            raise UnsupportedTableError(
+                f"column(s) {', '.join(retyped)} change type, and change table {change_data_feed} "
+                "holds their earlier values in files of the old type"
+            )
+    parts = {p.lower() for p in partition_by}
+    data = [f for f in rows.schema.fields if f.name.lower() not in parts]
+    part_fields = [by_name[p.lower()] for p in partition_by]
+    schema = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in data + part_fields])
+    return plan_shape(
+        spark, target, schema, partition_by, file_format, properties, storage_for(spark).qualify
+    )
 
 
 def _shape_problem(
@@ -134,12 +181,14 @@ def replace_table(
     change_data_feed: str | None = None,
     feed_on_replace: bool = True,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    table_properties: Mapping[str, str] | None = None,
 ) -> Replaced:
     """Replace every row of ``table_name`` with ``rows``, committed as the next version.
 
     ``change_data_feed``: the model's change table (its change rows: the old rows as
-    ``delete``, the new as ``insert``, unless ``feed_on_replace`` is false). Raises
-    UnsupportedTableError when the table cannot be replaced in place (see
+    ``delete``, the new as ``insert``, unless ``feed_on_replace`` is false).
+    ``table_properties``: set on the table (the model's ``tblproperties``). Raises
+    UnsupportedTableError when the table cannot be replaced as a version (see
     :func:`replace_problem`), before anything is written.
     """
     target = load_target(spark, table_name)
@@ -154,12 +203,66 @@ def replace_table(
             target = load_target(spark, table_name)
         journal.check_bound(target)
         versions = journal.versions()
-        problem = _shape_problem(target, rows, partition_by, file_format) if versions else NO_JOURNAL
-        if problem:
+        if not versions:
             raise UnsupportedTableError(
-                f"{OPERATION} {target.name} cannot keep the table's history: {problem}"
+                f"{OPERATION} {target.name} cannot keep the table's history: {NO_JOURNAL}"
             )
-        return _replace(spark, journal, lock, target, rows, versions, change_data_feed, feed_on_replace)
+        shape = None
+        if _shape_problem(target, rows, partition_by, file_format):
+            try:
+                shape = _plan_reshape(
+                    spark, target, rows, partition_by, file_format, change_data_feed, table_properties
+                )
+            except UnsupportedTableError as exc:
+                raise UnsupportedTableError(
+                    f"{OPERATION} {target.name} cannot keep the table's history: {exc}"
+                ) from None
+        done = _replace(
+            spark, journal, lock, target, rows, versions, change_data_feed, feed_on_replace, shape
+        )
+    if table_properties and shape is None:
+        props = ", ".join(f"{sql_string(str(k))} = {sql_string(str(v))}" for k, v in table_properties.items())
+        spark.sql(f"ALTER TABLE {target.ident} SET TBLPROPERTIES ({props})")
+    return done
+
+
+def _fields(
+    target: TargetTable, rows: DataFrame, shape: Shape | None
+) -> tuple[list[StructField], list[StructField]]:
+    """(the table's columns after the refresh, the columns its change rows carry)."""
+    if shape is not None:
+        fields = list(shape.schema.fields)
+        kept = {f.name.lower() for f in fields}
+        dropped = [
+            StructField(f.name, f.dataType, True, f.metadata)
+            for f in target.schema.fields
+            if f.name.lower() not in kept
+        ]
+        return fields, fields + dropped  # a dropped column stays in the change table
+    parts = {c.lower() for c in target.partition_columns}
+    by_name = {f.name.lower(): f for f in rows.schema.fields}
+    old_names = {f.name.lower() for f in target.schema.fields}
+    # The table's columns in its own order (partition columns last), then the model's new ones.
+    data = [f for f in target.schema.fields if f.name.lower() not in parts]
+    added = [f for f in rows.schema.fields if f.name.lower() not in old_names]
+    fields = [StructField(f.name, by_name[f.name.lower()].dataType, True, f.metadata) for f in data]
+    fields += [StructField(f.name, f.dataType, True, f.metadata) for f in added]
+    fields += [target.field(p) for p in target.partition_columns]
+    return fields, fields
+
+
+def _check_folder_moves(journal: Journal, staging: Staging) -> None:
+    """Registering the table again parks its journal folder by a move: refuse, before
+    anything is written, a filesystem that cannot move a folder (some object stores)."""
+    probe = f"{staging.dir}/folder-move-probe"
+    try:
+        journal.storage.create_if_absent(f"{probe}/a", "")
+        journal.storage.move_folder(probe, f"{probe}-moved")
+    except Exception as exc:  # noqa: BLE001 - whatever the filesystem raises, the answer is no
+        raise StorageError(
+            f"the filesystem of {journal.location} cannot move a folder ({exc}), which registering "
+            "the table again needs"
+        ) from None
 
 
 def _replace(
@@ -171,23 +274,18 @@ def _replace(
     versions: list[int],
     change_data_feed: str | None,
     feed_on_replace: bool,
+    shape: Shape | None,
 ) -> Replaced:
-    parts = {c.lower() for c in target.partition_columns}
-    by_name = {f.name.lower(): f for f in rows.schema.fields}
-    old_names = {f.name.lower() for f in target.schema.fields}
-    # The table's columns in its own order (partition columns last), then the model's new ones.
-    data = [f for f in target.schema.fields if f.name.lower() not in parts]
-    added = [f for f in rows.schema.fields if f.name.lower() not in old_names]
-    fields = [StructField(f.name, by_name[f.name.lower()].dataType, True, f.metadata) for f in data]
-    fields += [StructField(f.name, f.dataType, True, f.metadata) for f in added]
-    fields += [target.field(p) for p in target.partition_columns]
+    fields, feed_fields = _fields(target, rows, shape)
+    layout = shape.target(target) if shape is not None else target  # how the new files lie
+    added = [] if shape is not None else [f for f in fields if not target.has_column(f.name)]
 
     snapshot = journal.snapshot()
     version = journal.next_version(versions, target.name)
     timestamp = journal.commit_time(versions)
     changes: ChangesTable | None = None
     if change_data_feed and feed_on_replace:
-        changes = prepare_feed_table(spark, change_data_feed, fields, target, journal.storage)
+        changes = prepare_feed_table(spark, change_data_feed, feed_fields, target, journal.storage)
         feed_owner.check_owner(
             journal.storage, changes.location, changes.name, target.name, target.name_parts
         )
@@ -196,11 +294,13 @@ def _replace(
     staging = journal.stage()
     committed = False
     try:
+        if shape is not None:
+            _check_folder_moves(journal, staging)
         logger.info("rowmerge: %s: writing the model's rows for a full refresh", target.name)
-        staged = _write_rows(rows, fields, target, staging, journal)
+        staged = _write_rows(rows, fields, layout, staging, journal)
         feed: list[StagedFile] = []
         if changes is not None:
-            feed = _write_feed(spark, target, fields, staging, journal, timestamp)
+            feed = _write_feed(spark, target, layout, fields, feed_fields, staging, journal, timestamp)
         fault_point("staged_data")
         new_rows = sum(f.rows for f in staged)
         removed = [(path, info.size, None) for path, info in sorted(snapshot.items())]
@@ -214,13 +314,13 @@ def _replace(
             staging,
             version=version,
             timestamp=timestamp,
-            target=target,
+            target=layout,
             spec={},
             added=staged,
             removed=removed,
             new_columns=column_ddl(added),
             changes=changes,
-            feed_columns=feed_schema(fields),
+            feed_columns=feed_schema(feed_fields),
             feed=feed,
             metrics={
                 "numTargetRowsInserted": new_rows,
@@ -231,12 +331,13 @@ def _replace(
             },
             operation=OPERATION,
             feed_skipped=skipped,
+            catalog=shape.as_json() if shape is not None else None,
         )
         lock.check()
         journal.check(entry, target, recovering=False)
         journal.check_unchanged(entry, snapshot)
         if changes is not None:
-            add_columns(spark, changes.ident, column_ddl(feed_schema(fields).fields))
+            add_columns(spark, changes.ident, column_ddl(feed_schema(feed_fields).fields))
             feed_owner.claim(
                 journal.storage, changes.location, changes.name, target.qualified_name, target.name_parts
             )
@@ -245,7 +346,9 @@ def _replace(
         committed = True
         fault_point("entry")
         try:
-            journal.apply(spark, entry, target, prepared=True)
+            if shape is not None:
+                layout = reregister(spark, journal, lock, entry, target)
+            journal.apply(spark, entry, layout, prepared=True)
         except Exception as exc:
             raise MergeCommittedError(target.name, version, exc) from exc
     finally:
@@ -268,43 +371,49 @@ def _replace(
 
 
 def _write_rows(
-    rows: DataFrame, fields: list[StructField], target: TargetTable, staging: Staging, journal: Journal
+    rows: DataFrame, fields: list[StructField], layout: TargetTable, staging: Staging, journal: Journal
 ) -> list[StagedFile]:
-    """Write the model's rows into the staging folder, laid out like the table's files."""
+    """Write the model's rows into the staging folder, laid out as the table's files will be."""
     out = rows.select(*[F.col(q(f.name)).cast(f.dataType).alias(f.name) for f in fields])
-    writer = out.write.format(target.file_format)
-    if target.partition_columns:
-        writer = writer.partitionBy(*target.partition_columns)
+    writer = out.write.format(layout.file_format)
+    if layout.partition_columns:
+        writer = writer.partitionBy(*layout.partition_columns)
     writer.save(staging.data_dir)
-    indexed = indexed_columns(fields, target.partition_columns)
-    return staged_files(target.file_format, staging.data_dir, journal.storage, None, indexed)[0]
+    indexed = indexed_columns(fields, layout.partition_columns)
+    return staged_files(layout.file_format, staging.data_dir, journal.storage, None, indexed)[0]
 
 
 def _write_feed(
     spark: SparkSession,
     target: TargetTable,
+    layout: TargetTable,
     fields: list[StructField],
+    feed_fields: list[StructField],
     staging: Staging,
     journal: Journal,
     timestamp: datetime,
 ) -> list[StagedFile]:
     """Every current row as ``delete`` and every staged row as ``insert``: both read from
-    files (the table's and the staged ones), so the feed is exactly what the commit swaps."""
-    names = [f.name for f in fields]
-    old_names = {f.name.lower() for f in target.schema.fields}
-    old = target.read(spark)
-    deletes = old.select(
-        *[
-            (F.col(q(f.name)) if f.name.lower() in old_names else F.lit(None).cast(f.dataType)).alias(f.name)
-            for f in fields
-        ],
-        F.lit(DELETE).alias(CHANGE_TYPE),
-    )
+    files (the table's and the staged ones), so the feed is exactly what the commit swaps.
+    A column one side lacks (added, or dropped by the refresh) is NULL on that side."""
+
+    def pick(df: DataFrame, has: set[str], change: str) -> DataFrame:
+        return df.select(
+            *[
+                (F.col(q(f.name)) if f.name.lower() in has else F.lit(None).cast(f.dataType)).alias(f.name)
+                for f in feed_fields
+            ],
+            F.lit(change).alias(CHANGE_TYPE),
+        )
+
+    deletes = pick(target.read(spark), {f.name.lower() for f in target.schema.fields}, DELETE)
     written = (
-        spark.read.format(target.file_format)
+        spark.read.format(layout.file_format)
         .schema(StructType(fields))
         .option("basePath", staging.data_dir)
         .load(staging.data_dir)
     )
-    inserts = written.select(*[F.col(q(n)) for n in names], F.lit(INSERT).alias(CHANGE_TYPE))
-    return write_feed_rows(deletes.unionByName(inserts), fields, staging.cdf_dir, journal.storage, timestamp)
+    inserts = pick(written, {f.name.lower() for f in fields}, INSERT)
+    return write_feed_rows(
+        deletes.unionByName(inserts), feed_fields, staging.cdf_dir, journal.storage, timestamp
+    )

@@ -69,6 +69,7 @@ from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .notices import progress, warn
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
+from .reshape import finish_parked, reregister
 from .rewrite import OnePass, StagedFile, write_changes
 from .scan import (
     FileStats,
@@ -101,8 +102,13 @@ logger = logging.getLogger("rowmerge")
 
 
 def open_journal(spark: SparkSession, location: str) -> Journal:
+    """The journal of the table at ``location``; first finishes a full refresh that stopped
+    with the journal parked beside the folder (reshape.py), so no caller ever finds the
+    table without its history."""
     storage = storage_for(spark)
-    return Journal(storage, storage.qualify(location))
+    journal = Journal(storage, storage.qualify(location))
+    finish_parked(spark, journal)
+    return journal
 
 
 def table_lock(journal: Journal, table: str, operation: str, timeout_s: float) -> TableLock:
@@ -303,7 +309,11 @@ def recover_locked(spark: SparkSession, journal: Journal, lock: TableLock, targe
             f"took over the expired lock of {holder} on {target.name}; committed fence version "
             f"{version} so that writer can no longer commit"
         )
-    done = journal.recover(spark, target)
+
+    def register_again(entry: Entry) -> TargetTable:
+        return reregister(spark, journal, lock, entry, target)
+
+    done = journal.recover(spark, target, register_again)
     if done:
         logger.info("rowmerge: recovered %s: %s", target.name, done.describe())
     return done

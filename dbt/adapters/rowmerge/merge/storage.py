@@ -84,6 +84,14 @@ class Storage(ABC):
         """Move ``src`` to ``dst``; False if that already happened (an idempotent replay)."""
 
     @abstractmethod
+    def move_folder(self, src: str, dst: str) -> None:
+        """Move the folder ``src`` (and all below it) to ``dst``, which must not exist.
+
+        A full refresh that registers its table again parks the journal this way (see
+        reshape.py); FileExistsError if ``dst`` exists, OSError if the move did not happen.
+        """
+
+    @abstractmethod
     def delete(self, path: str, recursive: bool = False) -> bool:
         """Delete ``path``; False if it did not exist."""
 
@@ -372,6 +380,15 @@ class HadoopStorage(Storage):
                 return False  # another process finished the same replay first
             raise OSError(f"could not move {src} to {dst}")
         return True
+
+    def move_folder(self, src: str, dst: str) -> None:
+        js, jd = self._path(src), self._path(dst)
+        fs = self._fs(js)
+        if fs.exists(jd):
+            raise FileExistsError(f"cannot move {src}: {dst} exists")
+        fs.mkdirs(jd.getParent())
+        if not fs.rename(js, jd) or fs.exists(js) or not fs.exists(jd):
+            raise OSError(f"could not move {src} to {dst}")
 
     def delete(self, path: str, recursive: bool = False) -> bool:
         jp = self._path(path)

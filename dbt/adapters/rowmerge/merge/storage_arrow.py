@@ -232,6 +232,17 @@ class ArrowStorage(Storage):
             raise OSError(f"could not move {src} to {dst}") from None
         return True
 
+    def move_folder(self, src: str, dst: str) -> None:
+        fs, s, _ = self._resolve(src)
+        _, d, _ = self._resolve(dst)
+        if fs.get_file_info(d).type != pafs.FileType.NotFound:
+            raise FileExistsError(f"cannot move {src}: {dst} exists")
+        fs.create_dir(posixpath.dirname(d), recursive=True)
+        fs.move(s, d)  # raises where the filesystem cannot move a folder (most object stores)
+        here, there = fs.get_file_info([s, d])
+        if here.type != pafs.FileType.NotFound or there.type == pafs.FileType.NotFound:
+            raise OSError(f"could not move {src} to {dst}")
+
     def delete(self, path: str, recursive: bool = False) -> bool:
         fs, p, _ = self._resolve(path)
         info = fs.get_file_info(p)

@@ -93,6 +93,8 @@ class Description:
     partition_columns: tuple[str, ...]
     columns: tuple[str, ...]  # names, as the catalog has them now (never a session's cached schema)
     full_name: tuple[str, ...] = ()  # catalog, namespace..., table (empty if the catalog gave none)
+    properties: tuple[tuple[str, str], ...] = ()  # TBLPROPERTIES the table was given
+    comment: str | None = None
 
 
 def describe_table(spark: SparkSession, ident: str) -> Description:
@@ -112,6 +114,8 @@ def describe_table(spark: SparkSession, ident: str) -> Description:
         partition_columns=tuple(str(c) for c in info.get("partition_columns") or ()),
         columns=tuple(str(c.get("name")) for c in info.get("columns") or () if isinstance(c, dict)),
         full_name=full_name,
+        properties=tuple(sorted((str(k), str(v)) for k, v in (info.get("table_properties") or {}).items())),
+        comment=str(info["comment"]) if info.get("comment") else None,
     )
 
 

@@ -1,0 +1,227 @@
+"""A full refresh that changes the table's shape (reshape.py): the next version all the same,
+registered again over the same folder, managed or external, its feed exact, and a crash at
+any step finished by whoever opens the table next."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from dbt.adapters.rowmerge.merge import (
+    UnsupportedTableError,
+    finish_refresh,
+    history,
+    recover,
+    replace_problem,
+    replace_table,
+    start_history,
+)
+from dbt.adapters.rowmerge.merge.reshape import PARKED_SUFFIX
+from tests.engine.helpers import UPSERT, create_table, merge, rows, source_view, table_dir
+
+
+def _feed(spark, name: str) -> list[tuple]:
+    spark.catalog.refreshTable(name)
+    return sorted(
+        (r._commit_version, r._change_type, *(r[c] for c in ("id", "v", "w") if c in r))
+        for r in spark.table(name).collect()
+    )
+
+
+def _model(spark, db: str, feed: bool = True, external: str | None = None) -> tuple[str, str | None]:
+    t = f"{db}.t"
+    if external:
+        spark.sql(f"CREATE TABLE {t} (id long, v string) USING parquet LOCATION '{external}'")
+        spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    else:
+        create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b")]])
+    spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('owner_team' = 'growth')")
+    changes = f"{db}.t__changes" if feed else None
+    start_history(spark, t, "CREATE TABLE", changes)
+    merge(
+        spark,
+        t,
+        source_view(spark, f"{db}_s1", "id long, v string", [(2, "B"), (3, "c")]),
+        UPSERT,
+        change_data_feed={"table": changes} if feed else None,
+    )
+    return t, changes
+
+
+def _described(spark, t: str) -> dict:
+    return json.loads(spark.sql(f"DESCRIBE TABLE EXTENDED {t} AS JSON").collect()[0][0])
+
+
+SHAPES = {  # the model's columns, its rows, one row a later merge inserts, partitioning, format
+    "dropped column": ("id long, w int", [(1, 10), (4, 40)], (5, 50), (), "parquet"),
+    "retyped column": ("id int, v string", [(1, "a"), (4, "d")], (5, "e"), (), "parquet"),
+    "reordered columns": ("v string, id long", [("a", 1), ("d", 4)], ("e", 5), (), "parquet"),
+    "partitioned now": ("id long, v string", [(1, "a"), (4, "d")], (5, "e"), ("v",), "parquet"),
+    "orc now": ("id long, v string", [(1, "a"), (4, "d")], (5, "e"), (), "orc"),
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPES))
+def test_refresh_of_another_shape_is_the_next_version_over_the_same_folder(spark, db, case):
+    schema, data, extra, parts, fmt = SHAPES[case]
+    t, _ = _model(spark, db, feed=False)
+    folder = table_dir(spark, t)
+    new = spark.createDataFrame(data, schema)
+    assert replace_problem(spark, t, new, parts, fmt) is None
+
+    done = replace_table(spark, t, new, partition_by=parts, file_format=fmt)
+
+    assert done.version == 2 and (done.rows_deleted, done.rows_inserted) == (3, 2)
+    assert [(h["version"], h["operation"], h["applied"]) for h in history(spark, t)] == [
+        (2, "REPLACE TABLE", True),
+        (1, "MERGE", True),
+        (0, "CREATE TABLE", True),
+    ]
+    info = _described(spark, t)
+    assert (info["type"], info["provider"], info["partition_columns"] if parts else []) == (
+        "MANAGED",
+        fmt,
+        list(parts),
+    )
+    assert info["table_properties"]["owner_team"] == "growth"
+    assert table_dir(spark, t) == folder
+    assert not os.path.exists(folder + PARKED_SUFFIX)
+    want = spark.createDataFrame(data, schema)
+    ordered = [f.name for f in want.schema if f.name not in parts] + list(parts)
+    assert [f.name for f in spark.table(t).schema] == ordered
+    assert [f.dataType for f in spark.table(t).schema] == [want.schema[c].dataType for c in ordered]
+    assert rows(spark, t) == sorted(tuple(r) for r in want.select(*ordered).collect())
+    # and it merges on, from version 3
+    merge(spark, t, source_view(spark, f"{db}_s9", schema, [extra]), UPSERT)
+    assert history(spark, t)[0]["version"] == 3
+    after = spark.createDataFrame([*data, extra], schema).select(*ordered)
+    assert rows(spark, t) == sorted(tuple(r) for r in after.collect())
+
+
+def test_refresh_of_an_external_table_keeps_it_external_at_its_location(spark, db, tmp_path):
+    where = str(tmp_path / "ext_t")
+    t, _ = _model(spark, db, feed=False, external=where)
+    done = replace_table(spark, t, spark.createDataFrame([(5, 50)], "id long, w int"))
+    assert done.version == 2
+    info = _described(spark, t)
+    assert info["type"] == "EXTERNAL" and info["location"].rstrip("/").endswith(where)
+    assert rows(spark, t) == [(5, 50)]
+    assert os.path.isdir(os.path.join(where, "_rowmerge_log"))
+
+
+def test_refresh_dropping_a_column_keeps_it_in_the_feed_and_a_consumer_stays_exact(spark, db):
+    t, changes = _model(spark, db)
+    done = replace_table(
+        spark, t, spark.createDataFrame([(1, 10), (4, 40)], "id long, w int"), change_data_feed=changes
+    )
+    assert done.version == 2 and done.feed_rows == 5
+    assert [r for r in _feed(spark, changes) if r[0] == 2] == [
+        (2, "delete", 1, "a", None),
+        (2, "delete", 2, "B", None),
+        (2, "delete", 3, "c", None),
+        (2, "insert", 1, None, 10),
+        (2, "insert", 4, None, 40),
+    ]
+    merge(
+        spark,
+        t,
+        source_view(spark, f"{db}_s2", "id long, w int", [(4, 41), (6, 60)]),
+        UPSERT,
+        change_data_feed={"table": changes},
+    )
+    # A consumer that started from version 0 (ids 1 and 2) and applies every version's rows
+    # in order, deletes before inserts, ends with the table.
+    state: dict[int, tuple] = {1: (1, None), 2: (2, None)}
+    feed = _feed(spark, changes)
+    for version in sorted({r[0] for r in feed}):
+        for at, change, id_, _v, _w in feed:
+            if at == version and change in ("delete", "update_preimage"):
+                state.pop(id_)
+        for at, change, id_, _v, w in feed:
+            if at == version and change in ("insert", "update_postimage"):
+                state[id_] = (id_, w)
+    assert sorted(state.values()) == rows(spark, t) == [(1, 10), (4, 41), (6, 60)]
+
+
+def test_refresh_retyping_a_column_of_a_model_with_a_change_feed_is_refused_naming_it(spark, db):
+    t, changes = _model(spark, db)
+    new = spark.createDataFrame([(1, 7)], "id long, v int")
+    problem = replace_problem(spark, t, new, (), "parquet", changes)
+    assert problem is not None and "v (string -> int)" in problem and changes in problem
+    with pytest.raises(UnsupportedTableError, match=r"cannot keep the table's history: column\(s\) v"):
+        replace_table(spark, t, new, change_data_feed=changes)
+    assert rows(spark, t) == [(1, "a"), (2, "B"), (3, "c")]
+    assert [h["version"] for h in history(spark, t)] == [1, 0]
+
+
+STEPS = [
+    "entry",
+    "reshape_removed",
+    "reshape_parked",
+    "reshape_dropped",
+    "reshape_created",
+    "reshape_unparked",
+]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_refresh_killed_at_any_step_is_finished_by_the_next_open(spark, db, step, monkeypatch):
+    t, changes = _model(spark, db)
+    folder = table_dir(spark, t)
+    import dbt.adapters.rowmerge.merge.journal as journal_module
+    import dbt.adapters.rowmerge.merge.replace as replace_module
+    import dbt.adapters.rowmerge.merge.reshape as reshape_module
+
+    def die(at: str) -> None:
+        if at == step:
+            raise SystemExit("killed")
+
+    for module in (journal_module, replace_module, reshape_module):
+        monkeypatch.setattr(module, "fault_point", die)
+    new = spark.createDataFrame([(1, 10), (4, 40)], "id long, w int")
+    with pytest.raises(SystemExit):
+        replace_table(spark, t, new, partition_by=("w",), change_data_feed=changes)
+    monkeypatch.undo()
+
+    if step == "reshape_dropped":
+        # the table is missing from the catalog: dbt's next run of the model finishes it
+        assert not spark.catalog.tableExists(t)
+        assert finish_refresh(spark, t) is True
+    recover(spark, t)
+
+    assert rows(spark, t) == [(1, 10), (4, 40)]
+    assert _described(spark, t)["partition_columns"] == ["w"]
+    assert table_dir(spark, t) == folder and not os.path.exists(folder + PARKED_SUFFIX)
+    assert [(h["version"], h["applied"]) for h in history(spark, t)] == [(2, True), (1, True), (0, True)]
+    assert len([r for r in _feed(spark, changes) if r[0] == 2]) == 5
+    merge(
+        spark,
+        t,
+        source_view(spark, f"{db}_s3", "id long, w int", [(7, 70)]),
+        UPSERT,
+        change_data_feed={"table": changes},
+    )
+    assert rows(spark, t) == [(1, 10), (4, 40), (7, 70)]
+
+
+def test_a_parked_journal_is_finished_before_any_other_use_of_the_table(spark, db, monkeypatch):
+    """Killed with the journal parked: history (any open of the journal) finishes the refresh
+    first, so no one sees the table without its versions."""
+    t, _ = _model(spark, db, feed=False)
+    import dbt.adapters.rowmerge.merge.reshape as reshape_module
+
+    def die(at: str) -> None:
+        if at == "reshape_created":
+            raise SystemExit("killed")
+
+    monkeypatch.setattr(reshape_module, "fault_point", die)
+    with pytest.raises(SystemExit):
+        replace_table(spark, t, spark.createDataFrame([(9,)], "id long"))
+    monkeypatch.undo()
+    assert os.path.isdir(table_dir(spark, t) + PARKED_SUFFIX)
+    assert [h["version"] for h in history(spark, t)] == [2, 1, 0]
+    assert not os.path.exists(table_dir(spark, t) + PARKED_SUFFIX)
+    recover(spark, t)
+    assert rows(spark, t) == [(9,)]
