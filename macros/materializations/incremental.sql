@@ -28,6 +28,12 @@
   {%- set incremental_predicates = rowmerge_incremental_predicates(model.config) or none -%}
   {%- set target_relation = this -%}
   {%- set existing_relation = load_relation(this) -%}
+  {#-- A full refresh that registers the table again (its shape changed) and stopped between
+       the drop and the create left the table missing and its journal beside the folder:
+       finish it, so this run merges into the table with its history. --#}
+  {%- if strategy == 'row_level_merge' and existing_relation is none and adapter.rowmerge_finish_refresh(this, config.get('location_root')) -%}
+    {%- set existing_relation = load_relation(this) -%}
+  {%- endif -%}
   {% set tmp_relation = this.incorporate(path = {"identifier": this.identifier ~ '__dbt_tmp'}) -%}
 
   {%- if language == 'sql'-%}
@@ -94,16 +100,17 @@
   {%- endif -%}
 
   {#-- A full refresh of a table this adapter journals is its next version (REPLACE TABLE):
-       same catalog entry and folder, history and change feed go on (a consumer reading
-       table_changes from its last version misses nothing). Only a refresh that changes what
-       the catalog cannot alter in place (a dropped, retyped or reordered column, the
-       partitioning, the format) rebuilds the table as dbt does, starting a new history. --#}
+       same folder, history and change feed go on (a consumer reading table_changes from its
+       last version misses nothing); a refresh that changes the table's shape (a dropped,
+       retyped or reordered column, partition_by, file_format) registers it again over the
+       same folder. Only a retyped column of a model with a change feed (whose files hold the
+       old type) rebuilds the table as dbt does, starting a new history (warned). --#}
   {%- set replaced = none -%}
   {%- if strategy == 'row_level_merge' and not empty_run and existing_relation is not none and not existing_relation.is_view and should_full_refresh() -%}
     {%- set replaced = adapter.rowmerge_replace(
           target_relation.render(), initial_view, partition_by, file_format,
           rowmerge_changes_table(model.config, target_relation),
-          rowmerge_feed_on_replace(model.config)) -%}
+          rowmerge_feed_on_replace(model.config), config.get('tblproperties')) -%}
   {%- endif -%}
 
   {%- if empty_run -%}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 
 import pytest
 
@@ -225,3 +227,60 @@ def test_a_parked_journal_is_finished_before_any_other_use_of_the_table(spark, d
     assert not os.path.exists(table_dir(spark, t) + PARKED_SUFFIX)
     recover(spark, t)
     assert rows(spark, t) == [(9,)]
+
+
+def test_a_merge_waiting_for_the_lock_through_a_refresh_merges_into_the_new_shape(spark, db, monkeypatch):
+    """A merge that queued for the lock while a refresh held it sees the lock folder vanish
+    while the journal is parked: it writes nothing there (its files would stand in the way of
+    the table's create) and takes the lock once the refresh released it."""
+    t, changes = _model(spark, db)
+    folder = table_dir(spark, t)
+    import dbt.adapters.rowmerge.merge.journal as journal_module
+    import dbt.adapters.rowmerge.merge.replace as replace_module
+    import dbt.adapters.rowmerge.merge.reshape as reshape_module
+
+    refresher: list[threading.Thread] = []
+    seen_while_parked: list[list[str]] = []
+
+    def pause(step: str) -> None:
+        if threading.current_thread() is not refresher[0]:
+            return
+        if step == "staged_data":
+            time.sleep(2.0)  # the merge below queues for the lock meanwhile
+        if step == "reshape_parked":
+            time.sleep(2.0)  # the merge polls the vanished lock folder meanwhile
+            seen_while_parked.append(sorted(os.listdir(folder)) if os.path.isdir(folder) else [])
+
+    for module in (journal_module, replace_module, reshape_module):
+        monkeypatch.setattr(module, "fault_point", pause)
+    errors: list[BaseException] = []
+
+    def refresh() -> None:
+        try:
+            replace_table(
+                spark,
+                t,
+                spark.createDataFrame([(1, 10), (4, 40)], "id long, w int"),
+                change_data_feed=changes,
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    refresher.append(threading.Thread(target=refresh))
+    refresher[0].start()
+    time.sleep(1.0)
+    merge(
+        spark,
+        t,
+        source_view(spark, f"{db}_s5", "id long, w int", [(4, 41)]),
+        UPSERT,
+        change_data_feed={"table": changes},
+    )
+    refresher[0].join()
+    assert errors == []
+    assert seen_while_parked == [[]]  # nothing of the waiting merge in the table's folder
+    assert [(h["version"], h["operation"]) for h in history(spark, t)][:2] == [
+        (3, "MERGE"),
+        (2, "REPLACE TABLE"),
+    ]
+    assert rows(spark, t) == [(1, 10), (4, 41)]

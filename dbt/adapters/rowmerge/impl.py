@@ -306,22 +306,23 @@ class RowMergeAdapter(SparkAdapter):
         file_format: Any = None,
         changes_table: str | None = None,
         feed_on_replace: Any = True,
+        tblproperties: Any = None,
     ) -> RowMergeAdapterResponse | None:
         """A full refresh as the table's next version (its history and change feed go on), or
-        None when the table cannot keep its catalog entry (dbt then rebuilds it; logged)."""
+        None when it cannot be one (dbt then rebuilds the table; warned)."""
         parts = [partition_by] if isinstance(partition_by, str) else list(partition_by or [])
         fmt = str(file_format or "parquet")
+        props = {str(k): str(v) for k, v in dict(tblproperties or {}).items()}
 
         def replace(spark: SparkSession) -> merge.Replaced | None:
             rows = spark.table(rows_view)
-            problem = merge.replace_problem(spark, str(relation), rows, parts, fmt)
+            problem = merge.replace_problem(spark, str(relation), rows, parts, fmt, changes_table or None)
             if problem:
                 if problem != merge.NO_JOURNAL:
                     _dbt_warning(
                         f"full refresh of {relation} rebuilds the table, so its history restarts at "
-                        f"version 0 and its change feed, if any, starts empty: {problem} (Spark alters "
-                        "a Parquet/ORC table only by adding columns). Consumers of its change feed "
-                        "must start over."
+                        f"version 0 and its change feed starts empty: {problem}. Consumers of its "
+                        "change feed must start over."
                     )
                 return None
             return merge.replace_table(
@@ -332,6 +333,7 @@ class RowMergeAdapter(SparkAdapter):
                 file_format=fmt,
                 change_data_feed=changes_table or None,
                 feed_on_replace=feed_on_replace is not False,
+                table_properties=props or None,
             )
 
         done = self._engine(replace, str(relation))
@@ -349,6 +351,19 @@ class RowMergeAdapter(SparkAdapter):
                 "numTargetFilesRemoved": done.files_removed,
             },
         )
+
+    @available
+    def rowmerge_finish_refresh(self, relation: Any, location_root: str | None = None) -> bool:
+        """Before a model's table is created: finish a full refresh that stopped between
+        dropping the table and registering it again (its journal waits beside the folder).
+        True if it did (the table exists again, with its history)."""
+        location = f"{str(location_root).rstrip('/')}/{relation.identifier}" if location_root else None
+        done = self._engine(
+            lambda spark: merge.finish_refresh(spark, relation.render(), location), relation.render()
+        )
+        if done:
+            self.cache_added(relation.incorporate(type="table"))
+        return done
 
     @available
     def rowmerge_created(self, started: dict[str, Any]) -> RowMergeAdapterResponse:

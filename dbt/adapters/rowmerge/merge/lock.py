@@ -50,7 +50,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -237,8 +237,13 @@ class TableLock:
         operation: str,
         timeout_s: float,
         lease_s: float | None = None,
+        moved_away: Callable[[], bool] | None = None,
     ) -> None:
         self.storage = storage
+        # True while the journal folder, this lock's with it, is parked elsewhere (a full
+        # refresh registering the table again, reshape.py): asked only when no generation is
+        # listed, which is also how a brand-new journal looks.
+        self._moved_away = moved_away or (lambda: False)
         self.dir = f"{log_dir}/{LOCK_DIR}"
         self.table = table
         self.timeout_s = timeout_s
@@ -302,10 +307,20 @@ class TableLock:
         wait = POLL_S[0]
         self._waiting_since = None
         told = None  # when the user was last told this writer waits (None: not yet)
+        seen = 0  # the highest generation listed so far: generations never go back
         try:
             while True:
                 listing = self._list()
                 top = listing.generations[-1] if listing.generations else 0
+                if top < seen or (top == 0 and self._moved_away()):
+                    # The folder is away for a moment, the holder's lease with it: write
+                    # nothing here (it would be in the way of its return); look again.
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise self._timeout_error(None, False, [])
+                    time.sleep(min(POLL_S[0], left))
+                    continue
+                seen = top
                 lease = self._lease(top) if top else None
                 free = lease is None or self._may_take(lease)
                 if free and self._first_ahead(listing.tickets) is None:

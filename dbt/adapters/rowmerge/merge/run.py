@@ -69,7 +69,7 @@ from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .notices import progress, warn
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
-from .reshape import finish_parked, reregister
+from .reshape import finish_parked, parked_folder, reregister
 from .rewrite import OnePass, StagedFile, write_changes
 from .scan import (
     FileStats,
@@ -112,7 +112,15 @@ def open_journal(spark: SparkSession, location: str) -> Journal:
 
 
 def table_lock(journal: Journal, table: str, operation: str, timeout_s: float) -> TableLock:
-    return TableLock(journal.storage, journal.log_dir, table, operation, timeout_s)
+    parked = parked_folder(journal.location)
+    return TableLock(
+        journal.storage,
+        journal.log_dir,
+        table,
+        operation,
+        timeout_s,
+        moved_away=lambda: journal.storage.exists(parked),
+    )
 
 
 @dataclass(frozen=True)
