@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-unit test-engine test-functional test-integration lint bench bench-quick bench-scale fuzz clean
+.PHONY: demo test test-long test-unit test-engine test-functional test-integration lint bench bench-quick bench-scale fuzz clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ demo: $(RUN_STAMP) $(if $(CONNECT),$(CONNECT_STAMP))
 # Every test: lint, unit, engine, dbt functional and the integration project.
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20 tests
+
+# The same with the reliability campaigns whole (tests/reliability/harness.py, LONG_ENV): a
+# crash after every step of the commit protocol and 20 kill trials, where `make test` crashes
+# after each distinct step and runs 8.
+test-long: $(STAMP) lint
+	ROWMERGE_LONG=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20 tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check dbt tests scripts benchmarks

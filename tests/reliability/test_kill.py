@@ -32,6 +32,7 @@ from tests.reliability.harness import (
     expected_states,
     job,
     kill_group,
+    long_campaign,
     losses,
     recover_and_observe,
     result_line,
@@ -41,7 +42,7 @@ from tests.reliability.harness import (
     write_job,
 )
 
-TRIALS = 20
+TRIALS = 20 if long_campaign() else 8  # make test-long: 20
 STEP_DELAY_S = 0.25
 # From the end of data staging: change-feed staging (about 1 s), then 13-15 commit steps with
 # the pause (about 3.5 s), then margin, so the last kills come after the merge finished.
