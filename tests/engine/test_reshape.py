@@ -12,8 +12,8 @@ import time
 import pytest
 
 from dbt.adapters.rowmerge.merge import (
+    ConcurrentMergeError,
     UnsupportedTableError,
-    finish_refresh,
     history,
     recover,
     replace_problem,
@@ -188,16 +188,12 @@ def test_refresh_killed_at_any_step_is_finished_by_the_next_open(spark, db, step
     monkeypatch.undo()
 
     if step == "reshape_dropped":
-        # the table is missing from the catalog: dbt's next run of the model finishes it
+        # the table is missing from the catalog: the next merge (or dbt's next run of the
+        # model, tests/functional/test_refresh_new_shape.py) finishes the refresh first
         assert not spark.catalog.tableExists(t)
-        assert finish_refresh(spark, t) is True
-    recover(spark, t)
-
-    assert rows(spark, t) == [(1, 10), (4, 40)]
-    assert _described(spark, t)["partition_columns"] == ["w"]
-    assert table_dir(spark, t) == folder and not os.path.exists(folder + PARKED_SUFFIX)
-    assert [(h["version"], h["applied"]) for h in history(spark, t)] == [(2, True), (1, True), (0, True)]
-    assert len([r for r in _feed(spark, changes) if r[0] == 2]) == 5
+    else:
+        recover(spark, t)
+        assert rows(spark, t) == [(1, 10), (4, 40)]
     merge(
         spark,
         t,
@@ -205,7 +201,17 @@ def test_refresh_killed_at_any_step_is_finished_by_the_next_open(spark, db, step
         UPSERT,
         change_data_feed={"table": changes},
     )
+
     assert rows(spark, t) == [(1, 10), (4, 40), (7, 70)]
+    assert _described(spark, t)["partition_columns"] == ["w"]
+    assert table_dir(spark, t) == folder and not os.path.exists(folder + PARKED_SUFFIX)
+    assert [(h["version"], h["applied"]) for h in history(spark, t)] == [
+        (3, True),
+        (2, True),
+        (1, True),
+        (0, True),
+    ]
+    assert len([r for r in _feed(spark, changes) if r[0] == 2]) == 5
 
 
 def test_a_parked_journal_is_finished_before_any_other_use_of_the_table(spark, db, monkeypatch):
@@ -284,3 +290,42 @@ def test_a_merge_waiting_for_the_lock_through_a_refresh_merges_into_the_new_shap
         (2, "REPLACE TABLE"),
     ]
     assert rows(spark, t) == [(1, 10), (4, 41)]
+
+
+def test_a_merge_starting_while_the_table_is_missing_fails_naming_the_refresh(spark, db, monkeypatch):
+    """Between the drop and the create the table is missing from the catalog: a merge that
+    starts then says a refresh is registering the table again, and changes nothing."""
+    t, _ = _model(spark, db, feed=False)
+    import dbt.adapters.rowmerge.merge.reshape as reshape_module
+
+    dropped = threading.Event()
+    go_on = threading.Event()
+
+    def pause(step: str) -> None:
+        if step == "reshape_dropped" and threading.current_thread() is not threading.main_thread():
+            dropped.set()
+            go_on.wait(60)
+
+    monkeypatch.setattr(reshape_module, "fault_point", pause)
+    errors: list[BaseException] = []
+
+    def refresh() -> None:
+        try:
+            replace_table(spark, t, spark.createDataFrame([(1, 10)], "id long, w int"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    worker = threading.Thread(target=refresh)
+    worker.start()
+    try:
+        assert dropped.wait(60)
+        with pytest.raises(
+            ConcurrentMergeError, match=r"A full refresh of .*\.t is registering the table again"
+        ):
+            merge(spark, t, source_view(spark, f"{db}_s6", "id long, v string", [(8, "h")]), UPSERT)
+    finally:
+        go_on.set()
+        worker.join()
+    assert errors == []
+    assert rows(spark, t) == [(1, 10)]
+    assert [h["version"] for h in history(spark, t)] == [2, 1, 0]

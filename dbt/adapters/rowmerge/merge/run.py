@@ -69,7 +69,7 @@ from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .notices import progress, warn
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
-from .reshape import finish_parked, parked_folder, reregister
+from .reshape import finish_parked, finish_refresh, parked_folder, reregister
 from .rewrite import OnePass, StagedFile, write_changes
 from .scan import (
     FileStats,
@@ -109,6 +109,22 @@ def open_journal(spark: SparkSession, location: str) -> Journal:
     journal = Journal(storage, storage.qualify(location))
     finish_parked(spark, journal)
     return journal
+
+
+def load_or_finish(spark: SparkSession, name: str) -> TargetTable:
+    """The table ``name`` (load_target); if it is missing, first finish a full refresh that
+    stopped between dropping it and registering it again (reshape.py), or say that one is
+    running right now (ConcurrentMergeError)."""
+    try:
+        return load_target(spark, name)
+    except UnsupportedTableError as exc:
+        try:
+            finished = finish_refresh(spark, name)
+        except ValueError:  # not a table name: load_target said so
+            finished = False
+        if not finished:
+            raise exc from None
+    return load_target(spark, name)
 
 
 def table_lock(journal: Journal, table: str, operation: str, timeout_s: float) -> TableLock:
@@ -160,7 +176,7 @@ def storage_errors(what: str) -> Iterator[None]:
 def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
     metrics = MergeMetrics()
     with timed(metrics, "executionTimeMs"), without_call_sites():
-        journal = open_journal(spark, load_target(spark, parsed.target).location)
+        journal = open_journal(spark, load_or_finish(spark, parsed.target).location)
         # Before the lock, whose folder would put a journal inside the other table's folder.
         journal.check_placement(parsed.target)
         with table_lock(journal, parsed.target, "MERGE", parsed.lock_timeout_s) as lock:
@@ -687,7 +703,7 @@ def _raise_cast_error(exc: Exception, target: TargetTable, spec: MergeSpec) -> N
 
 def recover(spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Recovery:
     """Finish or roll back an interrupted merge of ``table_name`` (waits for a running merge)."""
-    target = load_target(spark, table_name)
+    target = load_or_finish(spark, table_name)
     journal = open_journal(spark, target.location)
     with table_lock(journal, target.name, "RECOVER", lock_timeout_s) as lock:
         return recover_locked(spark, journal, lock, load_target(spark, table_name))
