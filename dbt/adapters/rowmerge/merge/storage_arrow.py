@@ -255,9 +255,21 @@ class ArrowStorage(Storage):
                 fs.delete_dir(p)
             else:
                 fs.delete_file(p)
+                if isinstance(fs, pafs.LocalFileSystem):
+                    self._delete_checksum(fs, p)
         except FileNotFoundError:
             return False  # deleted by another process just now
         return True
+
+    @staticmethod
+    def _delete_checksum(fs: pafs.FileSystem, p: str) -> None:
+        """Hadoop's local filesystem writes ``.<name>.crc`` beside each file Spark writes and
+        deletes it with the file; do the same, so a replaced file leaves nothing behind (a
+        folder a refresh must find empty, reshape.py)."""
+        try:
+            fs.delete_file(posixpath.join(posixpath.dirname(p), f".{posixpath.basename(p)}.crc"))
+        except (FileNotFoundError, OSError):
+            pass
 
     def create_if_absent(self, path: str, text: str) -> bool:
         qualified = self.qualify(path)
