@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-long test-unit test-engine test-functional test-integration lint bench bench-quick bench-scale fuzz clean
+.PHONY: demo test test-long test-unit test-engine test-functional test-integration lint bench bench-quick bench-scale bench-aging fuzz clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -71,6 +71,11 @@ bench-quick: $(STAMP)
 # The scale curve (1M, 10M, 50M rows; not part of `make bench`).
 bench-scale: $(STAMP)
 	$(BIN)/python benchmarks/run.py --scale --rows 10000000 --files 64
+
+# A table's life (benchmarks/aging.py): 1,000 merges in each of four shapes from 2M rows in 16
+# files, row_level_merge against delta-rs (as is, and compacted every 100 merges); several hours.
+bench-aging: $(STAMP)
+	$(BIN)/python benchmarks/aging.py --rows 2000000 --files 16 --merges 1000
 
 clean:
 	rm -rf $(VENV) integration_project/target integration_project/logs

@@ -114,6 +114,12 @@ def rows_frame(
     spark: SparkSession, start: int, end: int, rows: int, partitions: int, by_date: bool
 ) -> DataFrame:
     """Rows ``start .. end-1`` of the table of ``rows`` rows (later rows are "new" rows)."""
+    return rows_of(spark.range(start, end, 1, partitions), rows, by_date)
+
+
+def rows_of(ids: DataFrame, rows: int, by_date: bool) -> DataFrame:
+    """The rows numbered by ``ids``'s column ``id`` (any numbers, in any order), as
+    :func:`rows_frame` makes them."""
     i = F.col("id")
     out: list[Column] = []
     for salt, (name, sql_type, span) in enumerate(COLUMNS):
@@ -132,7 +138,7 @@ def rows_frame(
         out.append(value.alias(name))
     if by_date:
         out.append(F.date_add(F.lit(FIRST_DATE).cast("date"), _day(i, rows)).alias(DATE_COLUMN))
-    return spark.range(start, end, 1, partitions).select(*out)
+    return ids.select(*out)
 
 
 _SPARK_PART = re.compile(r"^(part-\d+)-.*?(\.[a-z0-9]+)?\.parquet$")

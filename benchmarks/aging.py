@@ -1,0 +1,448 @@
+"""`make bench-aging`: a table's life, not one merge.
+
+Every other benchmark merges into a freshly written table. Here one table per system lives
+through a long run of small merges, as an hourly incremental model's does. Starting from a
+web_returns-shaped table (webreturns.py; 2M rows in 16 files by default), each shape runs the
+same merges on every system, interleaved merge by merge so every system sees the same machine:
+
+* ``insert_heavy``: 1,000 new rows per merge;
+* ``recent_updates``: 100 updates among the newest 50,000 rows + 1,000 new rows;
+* ``scattered``: 100 updates anywhere in the table + 1,000 new rows;
+* ``partitioned_hourly``: the table partitioned by day; 24 merges a day, each 1,000 new rows of
+  the current day + 50 updates among the rows that day's earlier merges wrote.
+
+Systems, on copies of the same files: ``row_level_merge`` (the engine's defaults),
+``delta_rs`` (as is) and ``delta_rs_optimized`` (``optimize.compact()`` after every 100th
+merge, timed with that merge, as its users run it). Every update writes values no earlier
+merge wrote, so no update is skipped as unchanged.
+
+Reported per decile of merges and system: merge time (mean, median, p95), Spark jobs, bytes
+read and written (process I/O, measure.py), data files, median file size, small files (under a
+quarter of 128 MB) and log bytes (journal or _delta_log). Every system's rows are hashed at
+each decile's end and must agree. After the last merge: a full scan of each table by Spark and
+by a plain reader (a pyarrow dataset over the folder; for delta-rs over its file list, since
+the folder still holds every replaced file) against a freshly written copy of the same rows,
+and a 100-row upsert of recent keys into our table and into the fresh copy (files it reads).
+
+    python benchmarks/aging.py [--rows N] [--files F] [--merges M] [--shapes a,b] [--systems a,b] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent))
+sys.path.insert(0, str(ROOT))
+
+from cases import ON_KEY, SOURCE_ALIAS, TARGET_ALIAS  # noqa: E402
+from measure import measured  # noqa: E402
+from peers import DELTA_TYPES, delta_rs_merge, table_hash  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from run import spark_session  # noqa: E402
+from webreturns import DATE_COLUMN, DAYS, DEC, FIRST_DATE, BaseTable, copy_table, generate, rows_of  # noqa: E402
+
+UPSERT = [
+    {"when": "matched", "action": "update", "set": "*"},
+    {"when": "not_matched", "action": "insert", "values": "*"},
+]
+TARGET_FILE_BYTES = 128 * 1024 * 1024
+SMALL_FILE_BYTES = TARGET_FILE_BYTES // 4
+DELTA_OPTIMIZE_EVERY = 100
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    kind: str  # webreturns kind: flat | by_date
+    inserts: int
+    updates: int
+    window: int | None = None  # updates among the newest `window` rows (None: anywhere)
+    hourly: bool = False  # 24 merges a day into the current day's partition
+
+
+SHAPES = {
+    s.name: s
+    for s in (
+        Shape("insert_heavy", "flat", 1000, 0),
+        Shape("recent_updates", "flat", 1000, 100, window=50_000),
+        Shape("scattered", "flat", 1000, 100),
+        Shape("partitioned_hourly", "by_date", 1000, 50, hourly=True),
+    )
+}
+
+
+def source_rows(spark: SparkSession, shape: Shape, base: BaseTable, k: int) -> DataFrame:
+    """Merge ``k``'s rows (1-based): its new rows and its updates, as rows_frame numbers them."""
+    before = base.rows + (k - 1) * shape.inserts  # rows the table holds before merge k
+    rng = random.Random(k * 1_000_003 + len(shape.name))
+    if shape.hourly:
+        first_today = base.rows + (k - 1 - (k - 1) % 24) * shape.inserts
+        pool = range(first_today, before)
+    elif shape.window:
+        pool = range(max(0, before - shape.window), before)
+    else:
+        pool = range(0, before)
+    updated = sorted(rng.sample(pool, min(shape.updates, len(pool)))) if shape.updates else []
+    ids = [(i,) for i in updated] + [(i,) for i in range(before, before + shape.inserts)]
+    rows = rows_of(spark.createDataFrame(ids, "id long"), base.rows, base.kind == "by_date")
+    if shape.hourly:
+        day = F.date_add(F.lit(FIRST_DATE).cast("date"), F.lit(DAYS + (k - 1) // 24))
+        rows = rows.withColumn(DATE_COLUMN, day)
+    if updated:
+        # Values no earlier merge wrote: every update changes its row.
+        lo, hi = updated[0], updated[-1]
+        row_no = _row_number_in(rows, lo, hi)
+        touched = row_no.isNotNull()
+        rows = rows.withColumn(
+            "wr_return_quantity", F.when(touched, F.lit(1_000_000 + k)).otherwise(F.col("wr_return_quantity"))
+        ).withColumn(
+            "wr_return_amt", F.when(touched, F.lit(k / 100).cast(DEC)).otherwise(F.col("wr_return_amt"))
+        )
+    return rows
+
+
+def _row_number_in(rows: DataFrame, lo: int, hi: int) -> Any:
+    """NULL unless the row is an update: new rows are numbered past every updated one."""
+    from webreturns import _row_number
+
+    n = _row_number()
+    return F.when((n >= F.lit(lo)) & (n <= F.lit(hi)), n)
+
+
+@dataclass
+class Decile:
+    merges: int
+    seconds: list[float] = field(default_factory=list)
+    jobs: list[int] = field(default_factory=list)
+    read_bytes: list[int] = field(default_factory=list)
+    written_bytes: list[int] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        s = sorted(self.seconds)
+        return {
+            "merges": self.merges,
+            "mean_s": round(statistics.fmean(s), 3),
+            "median_s": round(statistics.median(s), 3),
+            "p95_s": round(s[min(len(s) - 1, int(0.95 * len(s)))], 3),
+            "spark_jobs": statistics.median(self.jobs),
+            "read_mb": round(statistics.fmean(self.read_bytes) / 2**20, 2),
+            "written_mb": round(statistics.fmean(self.written_bytes) / 2**20, 2),
+        }
+
+
+def data_files(paths: list[str]) -> dict[str, Any]:
+    sizes = sorted(os.path.getsize(p) for p in paths)
+    return {
+        "data_files": len(sizes),
+        "median_file_kb": round(statistics.median(sizes) / 1024, 1) if sizes else 0,
+        "small_files": sum(1 for s in sizes if s < SMALL_FILE_BYTES),
+        "data_mb": round(sum(sizes) / 2**20, 1),
+    }
+
+
+def folder_files(root: Path) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(("_", ".")) or "=" in d]
+        out += [os.path.join(dirpath, f) for f in filenames if not f.startswith(("_", "."))]
+    return out
+
+
+def folder_bytes(root: Path) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+
+
+class RowLevelMerge:
+    name = "row_level_merge"
+
+    def __init__(self, spark: SparkSession, base: BaseTable, work: Path, table: str) -> None:
+        from dbt.adapters.rowmerge.merge import start_history
+
+        self.spark, self.base, self.dir, self.table = spark, base, work / self.name, table
+        copy_table(base, self.dir)
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in base.schema.fields)
+        parts = f" PARTITIONED BY ({DATE_COLUMN})" if base.partition_columns else ""
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+        spark.sql(f"CREATE TABLE {table} ({cols}) USING parquet{parts} LOCATION '{self.dir}'")
+        if base.partition_columns:
+            spark.sql(f"ALTER TABLE {table} RECOVER PARTITIONS")
+        start_history(spark, table, "CREATE TABLE")
+
+    def merge(self, source: Path, k: int) -> dict[str, Any]:
+        from dbt.adapters.rowmerge.merge import run_merge
+
+        self.spark.read.parquet(str(source)).createOrReplaceTempView("aging_source")
+        result = run_merge(
+            self.spark,
+            {
+                "target": self.table,
+                "source": "aging_source",
+                "target_alias": TARGET_ALIAS,
+                "source_alias": SOURCE_ALIAS,
+                "on": ON_KEY,
+                "clauses": UPSERT,
+            },
+        )
+        return dict(result.metrics)
+
+    def files(self) -> list[str]:
+        return folder_files(self.dir)
+
+    def log_bytes(self) -> int:
+        return folder_bytes(self.dir / "_rowmerge_log")
+
+    def frame(self) -> DataFrame:
+        self.spark.catalog.refreshTable(self.table)
+        return self.spark.table(self.table)
+
+
+class DeltaRs:
+    name = "delta_rs"
+    optimize_every: int | None = None
+
+    def __init__(self, spark: SparkSession, base: BaseTable, work: Path, table: str) -> None:
+        from deltalake import Field, Schema, convert_to_deltalake
+        from deltalake.schema import PrimitiveType
+
+        self.spark, self.base, self.dir = spark, base, work / self.name
+        copy_table(base, self.dir)
+        partition_by = None
+        if base.partition_columns:
+            partition_by = Schema(
+                [
+                    Field(f.name, PrimitiveType(DELTA_TYPES.get(f.dataType.simpleString(), "string")))
+                    for f in base.schema.fields
+                    if f.name in base.partition_columns
+                ]
+            )
+        convert_to_deltalake(
+            str(self.dir), partition_by=partition_by, partition_strategy="hive" if partition_by else None
+        )
+
+    def merge(self, source: Path, k: int) -> dict[str, Any]:
+        import pyarrow.parquet as pq
+        from deltalake import DeltaTable
+
+        dt = DeltaTable(str(self.dir))
+        metrics = delta_rs_merge(dt, pq.read_table(str(source)), ON_KEY, UPSERT, self.base.columns).execute()
+        if self.optimize_every and k % self.optimize_every == 0:
+            DeltaTable(str(self.dir)).optimize.compact()
+        return dict(metrics)
+
+    def files(self) -> list[str]:
+        from deltalake import DeltaTable
+
+        return [u.removeprefix("file://") for u in DeltaTable(str(self.dir)).file_uris()]
+
+    def log_bytes(self) -> int:
+        return folder_bytes(self.dir / "_delta_log")
+
+    def frame(self) -> DataFrame:
+        reader = self.spark.read.format("parquet").schema(self.base.schema).option("basePath", str(self.dir))
+        return reader.load(self.files())
+
+
+class DeltaRsOptimized(DeltaRs):
+    name = "delta_rs_optimized"
+    optimize_every = DELTA_OPTIMIZE_EVERY
+
+
+SYSTEMS = {s.name: s for s in (RowLevelMerge, DeltaRs, DeltaRsOptimized)}
+
+
+def scan_seconds(spark: SparkSession, base: BaseTable, files: list[str], root: Path) -> dict[str, float]:
+    """Best of two full scans: Spark (a hash over every column) and pyarrow (read every row)."""
+    import pyarrow.dataset as ds
+
+    cols = [F.col(c) for c in base.columns]
+    best_spark = best_arrow = float("inf")
+    for _ in range(2):
+        t = time.perf_counter()
+        reader = spark.read.format("parquet").schema(base.schema).option("basePath", str(root))
+        reader.load(files).select(F.sum(F.xxhash64(*cols))).collect()
+        best_spark = min(best_spark, time.perf_counter() - t)
+        t = time.perf_counter()
+        partitioning = "hive" if base.partition_columns else None
+        ds.dataset(
+            files, format="parquet", partitioning=partitioning, partition_base_dir=str(root)
+        ).to_table()
+        best_arrow = min(best_arrow, time.perf_counter() - t)
+    return {"spark_scan_s": round(best_spark, 3), "pyarrow_scan_s": round(best_arrow, 3)}
+
+
+def run_shape(
+    spark: SparkSession, shape: Shape, args: argparse.Namespace, work: Path, systems: list[str]
+) -> dict[str, Any]:
+    shape_dir = work / shape.name
+    shutil.rmtree(shape_dir, ignore_errors=True)
+    base = generate(spark, shape.kind, args.rows, args.files, shape_dir / "base")
+    spark.sql("CREATE DATABASE IF NOT EXISTS aging")
+    live = {name: SYSTEMS[name](spark, base, shape_dir, f"aging.{shape.name}_{name}") for name in systems}
+    per = max(1, args.merges // 10)
+    deciles: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
+    current = {name: Decile(0) for name in systems}
+    timeline: dict[str, list[float]] = {name: [] for name in systems}
+    file_counts: dict[str, list[tuple[int, int]]] = {name: [] for name in systems}
+    for k in range(1, args.merges + 1):
+        source = shape_dir / "sources" / f"{k:05d}"
+        source_rows(spark, shape, base, k).coalesce(1).write.mode("overwrite").parquet(str(source))
+        for name, system in live.items():
+            with measured(spark, f"aging {shape.name} {name} {k}") as usage:
+                system.merge(source, k)
+            d = current[name]
+            d.merges += 1
+            d.seconds.append(usage.seconds)
+            d.jobs.append(usage.spark_jobs)
+            d.read_bytes.append(usage.read_bytes)
+            d.written_bytes.append(usage.written_bytes)
+            timeline[name].append(round(usage.seconds, 3))
+        shutil.rmtree(source, ignore_errors=True)
+        if k % per == 0 or k == args.merges:
+            hashes = {}
+            for name, system in live.items():
+                files = system.files()
+                file_counts[name].append((k, len(files)))
+                row = {"after_merge": k, **current[name].summary(), **data_files(files)}
+                row["log_kb"] = round(system.log_bytes() / 1024, 1)
+                hashes[name] = list(table_hash(system.frame(), base.columns))
+                row["hash"] = hashes[name]
+                deciles[name].append(row)
+                current[name] = Decile(0)
+            if len({json.dumps(h) for h in hashes.values()}) != 1:
+                raise SystemExit(f"{shape.name}: tables differ after merge {k}: {hashes}")
+            print(
+                f"{shape.name} after {k}: "
+                + "; ".join(
+                    f"{n} {deciles[n][-1]['median_s']} s/merge, {deciles[n][-1]['data_files']} files"
+                    for n in systems
+                ),
+                flush=True,
+            )
+    # The same rows freshly written, as a rebuild would leave them.
+    fresh = shape_dir / "fresh"
+    rows = live[systems[0]].frame()
+    writer = (
+        rows.repartition(DATE_COLUMN).write.partitionBy(DATE_COLUMN)
+        if base.partition_columns
+        else rows.repartition(args.files).write
+    )
+    writer.mode("overwrite").parquet(str(fresh))
+    fresh_files = folder_files(fresh)
+    end: dict[str, Any] = {
+        "fresh": {**data_files(fresh_files), **scan_seconds(spark, base, fresh_files, fresh)}
+    }
+    for name, system in live.items():
+        files = system.files()
+        end[name] = {**data_files(files), **scan_seconds(spark, base, files, system.dir)}
+    return {
+        "shape": shape.name,
+        "base_rows": base.rows,
+        "base_files": len(base.files),
+        "merges": args.merges,
+        "deciles": deciles,
+        "end": end,
+        "timeline": timeline,
+        "file_counts": file_counts,
+    }
+
+
+def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "aging.json").write_text(json.dumps({"meta": meta, "shapes": results}, indent=1))
+    lines = [f"# Aging benchmark ({meta['machine']})", ""]
+    for r in results:
+        lines += [
+            f"## {r['shape']}: {r['merges']} merges into {r['base_rows']:,} rows in {r['base_files']} files",
+            "",
+            "| system | after merge | mean s | median s | p95 s | jobs | files | median file KB | small "
+            "files | log KB |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, rows in r["deciles"].items():
+            for d in rows:
+                lines.append(
+                    f"| {name} | {d['after_merge']} | {d['mean_s']} | {d['median_s']} | {d['p95_s']} | "
+                    f"{d['spark_jobs']} | {d['data_files']} | {d['median_file_kb']} | {d['small_files']} | "
+                    f"{d['log_kb']} |"
+                )
+        lines += [
+            "",
+            "| after the merges | data files | median file KB | Spark scan s | pyarrow scan s |",
+            "|---|---|---|---|---|",
+        ]
+        for name, e in r["end"].items():
+            lines.append(
+                f"| {name} | {e['data_files']} | {e['median_file_kb']} | {e['spark_scan_s']} | "
+                f"{e['pyarrow_scan_s']} |"
+            )
+        lines.append("")
+    (out / "aging.md").write_text("\n".join(lines))
+    _chart(results, out / "aging.png")
+
+
+def _chart(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(results), figsize=(5 * len(results), 7), squeeze=False)
+    for col, r in enumerate(results):
+        for name, seconds in r["timeline"].items():
+            axes[0][col].plot(range(1, len(seconds) + 1), seconds, label=name, linewidth=0.6)
+            xs, ys = zip(*r["file_counts"][name], strict=True)
+            axes[1][col].plot(xs, ys, marker="o", label=name)
+        axes[0][col].set_title(r["shape"])
+        axes[0][col].set_ylabel("seconds per merge")
+        axes[1][col].set_ylabel("data files")
+        axes[1][col].set_xlabel("merge number")
+        axes[0][col].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=2_000_000)
+    p.add_argument("--files", type=int, default=16)
+    p.add_argument("--merges", type=int, default=1000)
+    p.add_argument("--shapes", default=",".join(SHAPES))
+    p.add_argument("--systems", default=",".join(SYSTEMS))
+    p.add_argument("--out", default=str(ROOT / "results"))
+    p.add_argument("--work", default="/tmp/rowmerge-bench-aging")
+    p.add_argument("--driver-memory", default="6g")
+    args = p.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    spark = spark_session(work, args.driver_memory)
+    systems = args.systems.split(",")
+    results = []
+    started = time.time()
+    for name in args.shapes.split(","):
+        results.append(run_shape(spark, SHAPES[name], args, work, systems))
+    meta = {
+        "machine": f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}",
+        "rows": args.rows,
+        "files": args.files,
+        "merges": args.merges,
+        "minutes": round((time.time() - started) / 60, 1),
+    }
+    write_report(results, meta, Path(args.out))
+    print(f"done in {meta['minutes']} min; {Path(args.out) / 'aging.md'}")
+
+
+if __name__ == "__main__":
+    main()
