@@ -25,7 +25,7 @@ The table's lock lives in the journal folder and moves with it (renewal paused m
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -127,7 +127,7 @@ def plan_shape(
     partition_by: Sequence[str],
     file_format: str,
     properties: Mapping[str, str] | None,
-    storage_qualify: Any,
+    storage_qualify: Callable[[str], str],
 ) -> Shape:
     """The shape a refresh registers ``target`` with (``schema``: the model's columns, partition
     columns last); UnsupportedTableError when the table cannot be registered again over its
