@@ -168,11 +168,16 @@ def folder_bytes(root: Path) -> int:
 class RowLevelMerge:
     name = "row_level_merge"
 
-    def __init__(self, spark: SparkSession, base: BaseTable, work: Path, table: str) -> None:
+    def __init__(
+        self, spark: SparkSession, base: BaseTable, work: Path, table: str, folder: Path | None = None
+    ) -> None:
+        """A copy of ``base``'s files under ``work``, or the files already in ``folder``."""
         from dbt.adapters.rowmerge.merge import start_history
 
-        self.spark, self.base, self.dir, self.table = spark, base, work / self.name, table
-        copy_table(base, self.dir)
+        self.spark, self.base, self.table = spark, base, table
+        self.dir = folder or work / self.name
+        if folder is None:
+            copy_table(base, self.dir)
         cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in base.schema.fields)
         parts = f" PARTITIONED BY ({DATE_COLUMN})" if base.partition_columns else ""
         spark.sql(f"DROP TABLE IF EXISTS {table}")
@@ -347,6 +352,21 @@ def run_shape(
     for name, system in live.items():
         files = system.files()
         end[name] = {**data_files(files), **scan_seconds(spark, base, files, system.dir)}
+    # A 100-row upsert among the newest 1,000 rows: the files it reads in our aged table and in
+    # the fresh copy (registered as a table of its own).
+    at = args.merges + 1
+    total = base.rows + args.merges * shape.inserts
+    probe_base = BaseTable(
+        base.kind, base.path, total, base.files, base.bytes, base.schema, base.partition_columns
+    )
+    probe = shape_dir / "sources" / "probe"
+    probe_rows = source_rows(spark, Shape("probe", shape.kind, 0, 100, window=1000), probe_base, at)
+    probe_rows.coalesce(1).write.mode("overwrite").parquet(str(probe))
+    fresh_table = RowLevelMerge(spark, base, shape_dir, f"aging.{shape.name}_fresh", folder=fresh)
+    for label, system in (("fresh", fresh_table), (RowLevelMerge.name, live.get(RowLevelMerge.name))):
+        if isinstance(system, RowLevelMerge):
+            m = system.merge(probe, at)
+            end[label]["probe_files_read"] = m.get("numTargetFilesAfterSkipping")
     return {
         "shape": shape.name,
         "base_rows": base.rows,
@@ -380,13 +400,14 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
                 )
         lines += [
             "",
-            "| after the merges | data files | median file KB | Spark scan s | pyarrow scan s |",
-            "|---|---|---|---|---|",
+            "| after the merges | data files | median file KB | Spark scan s | pyarrow scan s | "
+            "100-row upsert: files read |",
+            "|---|---|---|---|---|---|",
         ]
         for name, e in r["end"].items():
             lines.append(
                 f"| {name} | {e['data_files']} | {e['median_file_kb']} | {e['spark_scan_s']} | "
-                f"{e['pyarrow_scan_s']} |"
+                f"{e['pyarrow_scan_s']} | {e.get('probe_files_read', '')} |"
             )
         lines.append("")
     (out / "aging.md").write_text("\n".join(lines))
