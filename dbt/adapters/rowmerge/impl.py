@@ -58,9 +58,7 @@ if not any(isinstance(h, _ToDbtLog) for h in _engine_logger.handlers):
 def _dbt_warning(message: str) -> None:
     """An engine warning as a dbt warning: shown as one, and an error under ``--warn-error``
     (or ``--warn-error-options '{"error": ["AdapterEventWarning"]}'``)."""
-    warn_or_error(
-        AdapterEventWarning(name=logger.name, base_msg=message, args=[], node_info=get_node_info())
-    )
+    warn_or_error(AdapterEventWarning(name=logger.name, base_msg=message, args=[], node_info=get_node_info()))
 
 
 @dataclass

@@ -87,7 +87,11 @@ APPLIED_SUFFIX = ".applied"
 VERSION_DIGITS = 20
 # A version is a change feed's _commit_version (BIGINT): the largest one a commit may take.
 MAX_VERSION = 2**63 - 1
-ENTRY_FORMAT = 1
+# Format 2 is format 1 plus `catalog` (a full refresh that registers the table again,
+# reshape.py); only such entries are written as 2, so an older release refuses them instead of
+# applying one as a plain REPLACE TABLE into the old catalog entry, and reads every other one.
+FIRST_ENTRY_FORMAT = 1
+ENTRY_FORMAT = 2
 OPERATIONS = ("MERGE", "CREATE TABLE", "REPLACE TABLE", "CONVERT", "FENCE", "REBIND")
 # Names in the log folder: <20 digits><suffix>; a digit-named file of another width was not
 # written by a journal, and recovery stops on it instead of guessing (see Journal.scan_log).
@@ -311,7 +315,7 @@ class Entry:
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
-            "format": ENTRY_FORMAT,
+            "format": ENTRY_FORMAT if self.catalog is not None else FIRST_ENTRY_FORMAT,
             "version": self.version,
             "table": self.table,
             "operation": self.operation,
@@ -353,10 +357,13 @@ class Entry:
         if entry_format > ENTRY_FORMAT:
             raise EntryTooNew(
                 f"was written by a newer rowmerge (entry format {entry_format}; this release reads "
-                f"format {ENTRY_FORMAT})"
+                f"formats up to {ENTRY_FORMAT})"
             )
-        if entry_format != ENTRY_FORMAT:
-            raise EntryInvalid(f"has format {entry_format!r}; this release reads format {ENTRY_FORMAT}")
+        if entry_format < FIRST_ENTRY_FORMAT:
+            raise EntryInvalid(
+                f"has format {entry_format!r}; this release reads formats {FIRST_ENTRY_FORMAT} to "
+                f"{ENTRY_FORMAT}"
+            )
         if r.integer("version") != version:
             raise EntryInvalid(
                 f"says it is version {raw.get('version')!r}, but its file is version {version}"
@@ -398,7 +405,7 @@ class Entry:
             cdf=cdf,
             reason=raw.get("reason") if isinstance(raw.get("reason"), str) else None,
             feed_skipped=raw.get("feed_skipped") if isinstance(raw.get("feed_skipped"), str) else None,
-            catalog=r.mapping("catalog") if merge and "catalog" in raw else None,
+            catalog=r.mapping("catalog") if merge and entry_format >= 2 and "catalog" in raw else None,
         )
 
 

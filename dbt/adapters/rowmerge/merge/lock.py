@@ -312,7 +312,7 @@ class TableLock:
             while True:
                 listing = self._list()
                 top = listing.generations[-1] if listing.generations else 0
-                if top < seen or (top == 0 and self._moved_away()):
+                if (top < seen or top == 0) and self._moved_away():
                     # The folder is away for a moment, the holder's lease with it: write
                     # nothing here (it would be in the way of its return); look again.
                     left = deadline - time.monotonic()
@@ -515,6 +515,7 @@ class TableLock:
         see reshape.py): a heartbeat written mid-move would recreate the folder at its old
         place. The lease is renewed first, so the pause runs on a whole lease; after it the
         lease is renewed at the new place (see :meth:`relocate`) and checked."""
+        self.check()  # a writer that lost its lease must not move anything
         self.renew()
         self._stop.set()
         if self._renewer is not None:
@@ -528,8 +529,10 @@ class TableLock:
         self.check()
 
     def relocate(self, log_dir: str) -> None:
-        """The journal folder (holding this lock) now lives at ``log_dir``."""
+        """The journal folder (holding this lock) now lives at ``log_dir``: the lease is
+        renewed there, so the catalog calls that follow run on a whole lease."""
         self.dir = f"{log_dir}/{LOCK_DIR}"
+        self.renew()
 
     def lost(self) -> bool:
         """True if another writer has taken the lease over (a cheap listing; never raises)."""

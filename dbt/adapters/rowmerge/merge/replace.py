@@ -34,13 +34,15 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
+from pyspark.sql.utils import AnalysisException
 
 from . import feed_owner
 from .cdf import CHANGE_TYPE, DELETE, INSERT, ChangesTable, feed_schema, prepare_feed_table, write_feed_rows
-from .errors import MergeCommittedError, StorageError, UnsupportedTableError
+from .errors import MergeCommittedError, StorageError, UnsupportedTableError, spark_reason
 from .filestats import indexed_columns
 from .journal import Journal, Staging, fault_point
 from .lock import TableLock
+from .notices import warn
 from .outputs import q
 from .reshape import Shape, plan_shape, reregister
 from .rewrite import StagedFile, staged_files
@@ -222,7 +224,13 @@ def replace_table(
         )
     if table_properties and shape is None:
         props = ", ".join(f"{sql_string(str(k))} = {sql_string(str(v))}" for k, v in table_properties.items())
-        spark.sql(f"ALTER TABLE {target.ident} SET TBLPROPERTIES ({props})")
+        try:
+            spark.sql(f"ALTER TABLE {target.ident} SET TBLPROPERTIES ({props})")
+        except AnalysisException as exc:  # the refresh is committed; only the properties were refused
+            warn(
+                f"{target.name}: version {done.version} is committed, but its tblproperties were "
+                f"refused: {spark_reason(exc)}"
+            )
     return done
 
 

@@ -33,9 +33,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
-from .errors import ConcurrentMergeError, JournalError, UnsupportedTableError
+from .errors import ConcurrentMergeError, JournalError, UnsupportedTableError, spark_reason
 from .journal import Entry, Journal, fault_point
-from .lock import TableLock
+from .lock import LOCK_DIR, TableLock
 from .sqltext import parse_name, quote, sql_string, sql_type
 from .storage import storage_for
 from .table import CHAR_VARCHAR_KEY, Description, TargetTable, describe_table, load_target, sql_name
@@ -146,7 +146,7 @@ def plan_shape(
             )
     else:
         raise UnsupportedTableError(f"{target.name} is a {table_type or 'table of unknown type'} table")
-    kept = dict(described.properties)
+    kept = {k: v for k, v in described.properties if not _reserved(k)}
     kept.update({str(k): str(v) for k, v in (properties or {}).items()})
     return Shape(
         schema=schema,
@@ -156,6 +156,44 @@ def plan_shape(
         properties=tuple(sorted(kept.items())),
         comment=described.comment,
     )
+
+
+# Properties the catalog keeps for itself: CREATE TABLE refuses some, and the others describe
+# the old table (statistics, timestamps), not the one registered again.
+_RESERVED = {
+    "provider",
+    "location",
+    "owner",
+    "comment",
+    "external",
+    "is_managed_location",
+    "transient_lastddltime",
+    "numfiles",
+    "totalsize",
+    "numrows",
+    "rawdatasize",
+    "column_stats_accurate",
+    "bucketing_version",
+    "last_modified_by",
+    "last_modified_time",
+}
+
+
+def _reserved(key: str) -> bool:
+    k = key.lower()
+    return k in _RESERVED or k.startswith(("spark.sql.", "option."))
+
+
+def _shape_of(entry: Entry, table: str) -> Shape:
+    assert entry.catalog is not None
+    try:
+        return Shape.from_json(entry.catalog)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise JournalError(
+            f"Cannot finish version {entry.version} of {table}: its `catalog` (the shape the table is "
+            f"registered with) is damaged ({exc!r}). Restore the journal from a backup, or rebuild the "
+            "table with `dbt run --full-refresh`."
+        ) from None
 
 
 def _default_folder(spark: SparkSession, name_parts: Sequence[str]) -> str | None:
@@ -177,8 +215,7 @@ def reregister(
     """Register the table again as ``entry.catalog`` says, keeping the journal (steps 1-3 of
     the module doc); repeatable from wherever a crash stopped it. Returns the table as
     registered now. Hold the lock; ``entry`` is committed and checked."""
-    assert entry.catalog is not None
-    shape = Shape.from_json(entry.catalog)
+    shape = _shape_of(entry, target.name)
     storage = journal.storage
     parked = Journal(storage, parked_folder(journal.location))
     ident = target.ident
@@ -224,6 +261,10 @@ def _register(
 ) -> None:
     """Steps 3-4 with the journal parked: drop, create, move the journal back."""
     storage = journal.storage
+    if storage.list_names(journal.log_dir) == [LOCK_DIR]:
+        # Only a lock folder: a waiting writer's ticket, written in the instant the journal
+        # left (it writes nothing more while the journal is away). No journal: remove it.
+        storage.delete(journal.log_dir, recursive=True)
     if storage.exists(journal.log_dir):
         raise JournalError(
             f"Cannot finish version {version} of {name}: its journal is parked at {parked.log_dir} "
@@ -239,11 +280,11 @@ def _register(
                 f"{described.location}, not {journal.location}, whose journal is parked at "
                 f"{parked.log_dir}. Drop or rename that table, then run again."
             )
-        spark.sql(f"DROP TABLE {ident}")
+        _catalog(spark, f"DROP TABLE {ident}", name, version)
         described = None
         fault_point("reshape_dropped")
     if described is None:
-        spark.sql(shape.ddl(ident))
+        _catalog(spark, shape.ddl(ident), name, version)
         fault_point("reshape_created")
     now = _describe(spark, ident)
     if now is None or storage.qualify(now.location.rstrip("/")) != journal.location:
@@ -256,6 +297,17 @@ def _register(
     fault_point("reshape_unparked")
     storage.delete(parked.location, recursive=True)
     spark.catalog.refreshTable(ident)
+
+
+def _catalog(spark: SparkSession, statement: str, name: str, version: int) -> None:
+    """Run a catalog statement of the re-registration; a refusal as the JournalError it is."""
+    try:
+        spark.sql(statement)
+    except AnalysisException as exc:
+        raise JournalError(
+            f"Cannot finish version {version} of {name}: the catalog refused `{statement}` "
+            f"({spark_reason(exc)}). Fix that, then run again: the next run of the model finishes it."
+        ) from None
 
 
 def _describe(spark: SparkSession, ident: str) -> Description | None:
@@ -278,8 +330,14 @@ def finish_parked(spark: SparkSession, journal: Journal, lock_timeout_s: float =
             storage.delete(parked.location, recursive=True)
         return False
     versions, applied = parked.listing()
-    newest = parked.read_entry(versions[-1]) if versions else None
-    if newest is None or newest.catalog is None or newest.version in applied:
+    if not versions and storage.list_names(parked.log_dir) == [LOCK_DIR]:
+        # Only a lock folder: a finisher's lease, taken in the instant the refresh moved the
+        # journal back. No journal: remove it.
+        storage.delete(parked.location, recursive=True)
+        return False
+    unapplied = [v for v in versions if v not in applied]
+    newest = parked.entry(unapplied[-1], journal.location) if unapplied else None
+    if newest is None or newest.catalog is None:
         raise JournalError(
             f"{parked.log_dir} holds a parked journal of the table at {journal.location} that no "
             "interrupted full refresh left (its newest version does not register the table "
@@ -294,7 +352,9 @@ def finish_parked(spark: SparkSession, journal: Journal, lock_timeout_s: float =
             f"journal is parked at {parked.log_dir} meanwhile): run again in a moment. ({exc})"
         ) from None
     try:
-        shape = Shape.from_json(newest.catalog)
+        if parked.versions() != versions:  # the refresh moved the journal back meanwhile
+            return False
+        shape = _shape_of(newest, newest.table)
         with lock.moving():
             _register(
                 spark, journal, parked, lock, shape, sql_name(newest.table), newest.table, newest.version

@@ -119,10 +119,10 @@ def load_or_finish(spark: SparkSession, name: str) -> TargetTable:
         return load_target(spark, name)
     except UnsupportedTableError as exc:
         try:
-            finished = finish_refresh(spark, name)
+            sql_name(name)
         except ValueError:  # not a table name: load_target said so
-            finished = False
-        if not finished:
+            raise exc from None
+        if not finish_refresh(spark, name):
             raise exc from None
     return load_target(spark, name)
 
