@@ -52,7 +52,17 @@ from peers import DELTA_TYPES, delta_rs_merge, table_hash  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from run import spark_session  # noqa: E402
-from webreturns import DATE_COLUMN, DAYS, DEC, FIRST_DATE, BaseTable, copy_table, generate, rows_of  # noqa: E402
+from webreturns import (  # noqa: E402
+    DATE_COLUMN,
+    DAYS,
+    DEC,
+    FIRST_DATE,
+    KEY,
+    BaseTable,
+    copy_table,
+    generate,
+    rows_of,
+)
 
 UPSERT = [
     {"when": "matched", "action": "update", "set": "*"},
@@ -339,10 +349,12 @@ def run_shape(
     # The same rows freshly written, as a rebuild would leave them.
     fresh = shape_dir / "fresh"
     rows = live[systems[0]].frame()
+    # Laid out as a load or a rebuild lays it out: each file a narrow range of keys.
+    keyed = rows.repartitionByRange(args.files, *KEY).sortWithinPartitions(*KEY)
     writer = (
-        rows.repartition(DATE_COLUMN).write.partitionBy(DATE_COLUMN)
+        rows.repartition(DATE_COLUMN).sortWithinPartitions(*KEY).write.partitionBy(DATE_COLUMN)
         if base.partition_columns
-        else rows.repartition(args.files).write
+        else keyed.write
     )
     writer.mode("overwrite").parquet(str(fresh))
     fresh_files = folder_files(fresh)
