@@ -15,9 +15,7 @@ from typing import Any
 
 import pytest
 
-from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeSpecError, recover
-from dbt.adapters.rowmerge.merge import journal as journal_module
-from dbt.adapters.rowmerge.merge import run as run_module
+from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeSpecError, faults, recover
 from dbt.adapters.rowmerge.merge.errors import UnsupportedTableError
 from dbt.adapters.rowmerge.merge.storage import is_connect, storage_for
 from dbt.adapters.rowmerge.merge.storage_arrow import ArrowStorage
@@ -152,8 +150,7 @@ def test_crash_after_the_commit_point_rolls_forward(remote, rdb, t, monkeypatch)
         if name == "entry":
             raise Crash(name)
 
-    monkeypatch.setattr(journal_module, "fault_point", hook)
-    monkeypatch.setattr(run_module, "fault_point", hook)
+    monkeypatch.setattr(faults, "fault_point", hook)
     src = source_view(remote, f"{rdb}_s", "id long, v string", [(1, "A"), (9, "z")])
     with pytest.raises(Crash):
         merge(remote, t, src, UPSERT)

@@ -1,4 +1,4 @@
-"""Applying a commit when the filesystem refuses a step (journal.py ``Journal.apply``).
+"""Applying a commit when the filesystem refuses a step (journal/ ``Journal.apply``).
 
 Hadoop's ``delete`` and ``rename`` report failure by returning false, not by raising. A
 replaced file that stays next to its rewritten copy duplicates rows, so apply checks every

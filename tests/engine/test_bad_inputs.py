@@ -1546,9 +1546,9 @@ PLACES_FILES_JOURNALS = [
         {"target": "{db}.jf", "change_data_feed": None},
         JournalError,
         "cannot be read by this release",
-        "entry format 3",
+        "entry format 4",
         watch=("jf",),
-        setup=_tampered("jf", lambda folder, db: {_v(1): _entry_json(1, f"{db}.jf", format=3)}),
+        setup=_tampered("jf", lambda folder, db: {_v(1): _entry_json(1, f"{db}.jf", format=4)}),
     ),
     case(
         "journal-removes-file-of-another-folder",

@@ -1,4 +1,4 @@
-"""The commit journal (journal.py, run.py): entries, version 0, recovery, foreign writers, locking.
+"""The commit journal (journal/, run.py): entries, version 0, recovery, foreign writers, locking.
 
 Crashes here are simulated in-process: the commit protocol's step hook raises instead of
 killing the process, so the merge stops exactly after that step with nothing cleaned up
@@ -25,11 +25,11 @@ from dbt.adapters.rowmerge.merge import (
     JournalError,
     MergeCommittedError,
     MergeError,
+    faults,
     history,
     recover,
 )
 from dbt.adapters.rowmerge.merge import journal as journal_module
-from dbt.adapters.rowmerge.merge import run as run_module
 from dbt.adapters.rowmerge.merge.lock import Owner, TableLock
 from dbt.adapters.rowmerge.merge.storage import STORAGE_CONF, storage_for
 from tests.engine.helpers import (
@@ -63,8 +63,7 @@ def crash_after(monkeypatch: pytest.MonkeyPatch, step: str) -> None:
         if name == step:
             raise SimulatedCrash(name)
 
-    monkeypatch.setattr(journal_module, "fault_point", hook)
-    monkeypatch.setattr(run_module, "fault_point", hook)
+    monkeypatch.setattr(faults, "fault_point", hook)
 
 
 def log_dir(spark, t: str) -> Path:
@@ -261,7 +260,7 @@ def _foreign_write(spark, t: str, monkeypatch: pytest.MonkeyPatch, action) -> No
         if name == "staged_data":
             action()
 
-    monkeypatch.setattr(run_module, "fault_point", hook)
+    monkeypatch.setattr(faults, "fault_point", hook)
 
 
 def test_journal_foreign_overwrite_aborts_with_no_change(spark, db, monkeypatch, t):
@@ -391,7 +390,7 @@ def test_journal_writer_that_lost_its_lease_while_paused_gets_a_clear_error(spar
         for txn in os.listdir(log_dir(spark, t) / "staging"):
             shutil.rmtree(log_dir(spark, t) / "staging" / txn)
 
-    monkeypatch.setattr(run_module, "fault_point", paused_and_taken_over)
+    monkeypatch.setattr(faults, "fault_point", paused_and_taken_over)
     # Insert-only with a change feed: the feed is read back from the (now missing) staging.
     src = source_view(spark, f"{db}_s", "id long, v string", [(8, "h"), (9, "i")])
     with pytest.raises(ConcurrentMergeError) as info:
@@ -427,7 +426,7 @@ def test_journal_error_after_the_commit_point_is_committed_not_failed(spark, db,
         if name == "move_0":
             raise Flaky("the metastore went away")
 
-    monkeypatch.setattr(journal_module, "fault_point", storage_fails)
+    monkeypatch.setattr(faults, "fault_point", storage_fails)
     with pytest.raises(MergeCommittedError) as info:
         merge(spark, t, src, clauses)
     monkeypatch.undo()
@@ -491,14 +490,14 @@ def test_journal_entry_of_a_newer_format_asks_for_an_upgrade(spark, db, monkeypa
     path = log_dir(spark, t) / f"{1:020d}.json"
     # The entry reads back exactly as it was written (one parser, one serializer).
     assert json.loads(journal_module.Entry.parse(path.read_text(), 1).to_json()) == committed
-    newer = json.dumps({**committed, "format": 3, "added": "laid out some other way"})
+    newer = json.dumps({**committed, "format": 4, "added": "laid out some other way"})
     path.write_text(newer)
     before = file_snapshot(spark, t), rows(spark, t)
     with pytest.raises(JournalError) as info:
         recover(spark, t)
     assert str(info.value) == (
         f"The journal of {t} cannot be read by this release: version 1's entry file:{path} was "
-        "written by a newer rowmerge (entry format 3; this release reads formats up to 2). Upgrade "
+        "written by a newer rowmerge (entry format 4; this release reads formats up to 3). Upgrade "
         "dbt-rowmerge to the release that wrote it (every writer of a table must run the same "
         "release, or a newer one). Nothing was changed."
     )
@@ -512,8 +511,8 @@ def test_journal_entry_of_a_newer_format_asks_for_an_upgrade(spark, db, monkeypa
 @pytest.mark.parametrize(
     "fmt, error, reason",
     [
-        (3, journal_module.EntryTooNew, "was written by a newer rowmerge (entry format 3"),
-        (0, journal_module.EntryInvalid, "has format 0; this release reads formats 1 to 2"),
+        (4, journal_module.EntryTooNew, "was written by a newer rowmerge (entry format 4"),
+        (0, journal_module.EntryInvalid, "has format 0; this release reads formats 1 to 3"),
         ("1", journal_module.EntryInvalid, "has `format` = '1', not a whole number"),
     ],
 )

@@ -1,4 +1,4 @@
-"""Statistics checkpoints (journal.py): a merge folds file statistics from the newest valid
+"""Statistics checkpoints (journal/): a merge folds file statistics from the newest valid
 checkpoint and the entries after it, never from every entry of a long history, and a
 checkpoint it cannot trust (damaged, or folded from another journal's entries) only costs
 reading the entries again: file skipping stays exact.
@@ -18,6 +18,7 @@ import pytest
 
 from dbt.adapters.rowmerge.merge import dry_run, start_history
 from dbt.adapters.rowmerge.merge import journal as journal_module
+from dbt.adapters.rowmerge.merge.journal import checkpoint as checkpoint_module
 from dbt.adapters.rowmerge.merge.storage import STORAGE_CONF
 from tests.engine.helpers import UPSERT, file_snapshot, files_of, merge, rows, source_view
 from tests.engine.test_file_skipping import four_files, garbled
@@ -30,7 +31,7 @@ ORIGINAL = [(1, "a", 1), (2, "b", 1), (3, "c", 1), (4, "d", 1), (5, "e", 2), (6,
 @pytest.fixture(autouse=True, params=["hadoop", "arrow"])
 def storage_kind(spark, request, monkeypatch) -> Iterator[str]:
     """On both storages (session mode's Hadoop, and pyarrow.fs as a Connect client uses)."""
-    monkeypatch.setattr(journal_module, "CHECKPOINT_INTERVAL", 2)
+    monkeypatch.setattr(checkpoint_module, "CHECKPOINT_INTERVAL", 2)
     spark.conf.set(STORAGE_CONF, request.param)
     yield request.param
     spark.conf.unset(STORAGE_CONF)

@@ -1,4 +1,4 @@
-"""Journals edited by hand or by another tool (journal.py): refused before anything moves.
+"""Journals edited by hand or by another tool (journal/): refused before anything moves.
 
 Recovery replays entries it did not write in this process, so what an entry or the log
 folder says is checked before any file is moved or deleted: a version no change feed can

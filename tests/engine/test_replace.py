@@ -13,6 +13,7 @@ import pytest
 
 from dbt.adapters.rowmerge.merge import (
     UnsupportedTableError,
+    faults,
     history,
     recover,
     replace_problem,
@@ -188,16 +189,12 @@ def test_replace_problem_of_a_table_without_journal(spark, db):
 def test_replace_killed_after_its_entry_is_finished_by_recovery(spark, db, monkeypatch):
     """The same protocol as a merge: a crash after the commit point is rolled forward."""
     t, changes = _model(spark, db)
-    import dbt.adapters.rowmerge.merge.journal as journal_module
 
     def die(step: str) -> None:
         if step == "entry":
             raise SystemExit("killed")
 
-    monkeypatch.setattr(journal_module, "fault_point", die)
-    import dbt.adapters.rowmerge.merge.replace as replace_module
-
-    monkeypatch.setattr(replace_module, "fault_point", die)
+    monkeypatch.setattr(faults, "fault_point", die)
     with pytest.raises(SystemExit):
         replace_table(
             spark, t, spark.createDataFrame([(7, "g")], "id long, v string"), change_data_feed=changes

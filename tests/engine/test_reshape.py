@@ -14,6 +14,7 @@ import pytest
 from dbt.adapters.rowmerge.merge import (
     ConcurrentMergeError,
     UnsupportedTableError,
+    faults,
     history,
     recover,
     replace_problem,
@@ -172,16 +173,12 @@ STEPS = [
 def test_refresh_killed_at_any_step_is_finished_by_the_next_open(spark, db, step, monkeypatch):
     t, changes = _model(spark, db)
     folder = table_dir(spark, t)
-    import dbt.adapters.rowmerge.merge.journal as journal_module
-    import dbt.adapters.rowmerge.merge.replace as replace_module
-    import dbt.adapters.rowmerge.merge.reshape as reshape_module
 
     def die(at: str) -> None:
         if at == step:
             raise SystemExit("killed")
 
-    for module in (journal_module, replace_module, reshape_module):
-        monkeypatch.setattr(module, "fault_point", die)
+    monkeypatch.setattr(faults, "fault_point", die)
     new = spark.createDataFrame([(1, 10), (4, 40)], "id long, w int")
     with pytest.raises(SystemExit):
         replace_table(spark, t, new, partition_by=("w",), change_data_feed=changes)
@@ -218,13 +215,12 @@ def test_a_parked_journal_is_finished_before_any_other_use_of_the_table(spark, d
     """Killed with the journal parked: history (any open of the journal) finishes the refresh
     first, so no one sees the table without its versions."""
     t, _ = _model(spark, db, feed=False)
-    import dbt.adapters.rowmerge.merge.reshape as reshape_module
 
     def die(at: str) -> None:
         if at == "reshape_created":
             raise SystemExit("killed")
 
-    monkeypatch.setattr(reshape_module, "fault_point", die)
+    monkeypatch.setattr(faults, "fault_point", die)
     with pytest.raises(SystemExit):
         replace_table(spark, t, spark.createDataFrame([(9,)], "id long"))
     monkeypatch.undo()
@@ -241,9 +237,6 @@ def test_a_merge_waiting_for_the_lock_through_a_refresh_merges_into_the_new_shap
     the table's create) and takes the lock once the refresh released it."""
     t, changes = _model(spark, db)
     folder = table_dir(spark, t)
-    import dbt.adapters.rowmerge.merge.journal as journal_module
-    import dbt.adapters.rowmerge.merge.replace as replace_module
-    import dbt.adapters.rowmerge.merge.reshape as reshape_module
 
     refresher: list[threading.Thread] = []
     seen_while_parked: list[list[str]] = []
@@ -257,8 +250,7 @@ def test_a_merge_waiting_for_the_lock_through_a_refresh_merges_into_the_new_shap
             time.sleep(2.0)  # the merge polls the vanished lock folder meanwhile
             seen_while_parked.append(sorted(os.listdir(folder)) if os.path.isdir(folder) else [])
 
-    for module in (journal_module, replace_module, reshape_module):
-        monkeypatch.setattr(module, "fault_point", pause)
+    monkeypatch.setattr(faults, "fault_point", pause)
     errors: list[BaseException] = []
 
     def refresh() -> None:
@@ -296,7 +288,6 @@ def test_a_merge_starting_while_the_table_is_missing_fails_naming_the_refresh(sp
     """Between the drop and the create the table is missing from the catalog: a merge that
     starts then says a refresh is registering the table again, and changes nothing."""
     t, _ = _model(spark, db, feed=False)
-    import dbt.adapters.rowmerge.merge.reshape as reshape_module
 
     dropped = threading.Event()
     go_on = threading.Event()
@@ -306,7 +297,7 @@ def test_a_merge_starting_while_the_table_is_missing_fails_naming_the_refresh(sp
             dropped.set()
             go_on.wait(60)
 
-    monkeypatch.setattr(reshape_module, "fault_point", pause)
+    monkeypatch.setattr(faults, "fault_point", pause)
     errors: list[BaseException] = []
 
     def refresh() -> None:

@@ -1,4 +1,4 @@
-"""Which table a journal belongs to (journal.py ``check_owner``/``check_placement``, run.py ``rebind``).
+"""Which table a journal belongs to (journal/ ``check_owner``/``check_placement``, run.py ``rebind``).
 
 A folder's journal describes the files of one catalog table. Two tables with one LOCATION,
 a table inside another's folder, or a table that holds another one would each rewrite or

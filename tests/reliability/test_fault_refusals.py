@@ -36,7 +36,8 @@ from pyspark.sql import SparkSession
 
 from dbt.adapters.rowmerge.merge import JournalError, MergeCommittedError, recover, run_merge
 from dbt.adapters.rowmerge.merge import run as run_module
-from dbt.adapters.rowmerge.merge.journal import FAULT_TRACE_ENV, LOG_DIR, STAGING_DIR, Entry, Journal
+from dbt.adapters.rowmerge.merge.faults import FAULT_TRACE_ENV
+from dbt.adapters.rowmerge.merge.journal import LOG_DIR, STAGING_DIR, Entry, Journal
 from dbt.adapters.rowmerge.merge.storage import STORAGE_CONF, HadoopStorage
 from tests.reliability.harness import (
     APPLIED_STEP,

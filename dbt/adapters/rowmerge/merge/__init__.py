@@ -5,6 +5,7 @@ Public API (stable): ``run_merge(spark, spec)``, ``dry_run(spark, spec)``, ``rec
 ``rebind(spark, table_name)``, ``replace_table(spark, table_name, rows, ...)`` (a full
 refresh as a version),
 ``initial_rows(spark, spec)``, ``table_stats(spark, table_name)``,
+``optimize(spark, table_name, ...)`` (compact small files; a version of its own),
 ``MergeResult``, ``DryRunReport``, ``Recovery`` and the error classes.
 """
 
@@ -27,6 +28,7 @@ from .errors import (
 from .initial import initial_rows
 from .journal import Recovery
 from .metrics import DryRunReport, MergeResult
+from .optimize import OptimizeResult, optimize
 from .replace import NO_JOURNAL, Replaced, replace_problem, replace_table
 from .reshape import finish_refresh
 from .run import changes_range, dry_run, history, rebind, recover, run_merge, start_history, table_stats
@@ -34,6 +36,7 @@ from .spec import MergeSpec, merge_sql, parse_spec, static_problems
 
 __all__ = [
     "NO_JOURNAL",
+    "OptimizeResult",
     "CardinalityViolation",
     "CastError",
     "ConcurrentMergeError",
@@ -58,6 +61,7 @@ __all__ = [
     "finish_refresh",
     "history",
     "initial_rows",
+    "optimize",
     "merge_sql",
     "parse_spec",
     "rebind",

@@ -33,6 +33,11 @@ COUNTER_NAMES = (
     # (no scan), and 1 in onePassFallback if that was tried and the scan had to decide.
     "onePass",
     "onePassFallback",
+    # Auto-compaction after the merge (optimize.py): the OPTIMIZE version it committed (0:
+    # none), and the files it replaced and wrote.
+    "compactVersion",
+    "numCompactedFilesRemoved",
+    "numCompactedFilesAdded",
 )
 TIMER_NAMES = (
     "executionTimeMs",
@@ -40,6 +45,7 @@ TIMER_NAMES = (
     "scanTimeMs",
     "rewriteTimeMs",
     "commitTimeMs",
+    "compactTimeMs",
 )
 
 

@@ -36,11 +36,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
-from . import feed_owner
+from . import faults, feed_owner
 from .cdf import CHANGE_TYPE, DELETE, INSERT, ChangesTable, feed_schema, prepare_feed_table, write_feed_rows
 from .errors import MergeCommittedError, StorageError, UnsupportedTableError, spark_reason
 from .filestats import indexed_columns
-from .journal import Journal, Staging, fault_point
+from .journal import Journal, Staging
 from .lock import TableLock
 from .notices import warn
 from .outputs import q
@@ -290,7 +290,8 @@ def _replace(
 
     snapshot = journal.snapshot()
     version = journal.next_version(versions, target.name)
-    timestamp = journal.commit_time(versions)
+    newest = journal.newest(versions)
+    timestamp = journal.commit_time(versions, newest)
     changes: ChangesTable | None = None
     if change_data_feed and feed_on_replace:
         changes = prepare_feed_table(spark, change_data_feed, feed_fields, target, journal.storage)
@@ -309,7 +310,7 @@ def _replace(
         feed: list[StagedFile] = []
         if changes is not None:
             feed = _write_feed(spark, target, layout, fields, feed_fields, staging, journal, timestamp)
-        fault_point("staged_data")
+        faults.fault_point("staged_data")
         new_rows = sum(f.rows for f in staged)
         removed = [(path, info.size, None) for path, info in sorted(snapshot.items())]
         skipped = None
@@ -340,6 +341,8 @@ def _replace(
             operation=OPERATION,
             feed_skipped=skipped,
             catalog=shape.as_json() if shape is not None else None,
+            # the table's clustering stays while its columns do (a reshape may drop one)
+            cluster_by=_kept_clustering(newest.cluster_by if newest else None, fields),
         )
         lock.check()
         journal.check(entry, target, recovering=False)
@@ -352,7 +355,7 @@ def _replace(
         add_columns(spark, target.ident, column_ddl(added))
         journal.commit(entry)
         committed = True
-        fault_point("entry")
+        faults.fault_point("entry")
         try:
             if shape is not None:
                 layout = reregister(spark, journal, lock, entry, target)
@@ -425,3 +428,9 @@ def _write_feed(
     return write_feed_rows(
         deletes.unionByName(inserts), feed_fields, staging.cdf_dir, journal.storage, timestamp
     )
+
+
+def _kept_clustering(cluster_by: tuple[str, ...] | None, fields: list[StructField]) -> tuple[str, ...] | None:
+    """The stored ``cluster_by``, if every column of it is among the new ``fields``."""
+    names = {f.name.lower() for f in fields}
+    return cluster_by if cluster_by and all(c.lower() in names for c in cluster_by) else None

@@ -33,8 +33,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
+from . import faults
 from .errors import ConcurrentMergeError, JournalError, UnsupportedTableError, spark_reason
-from .journal import Entry, Journal, fault_point
+from .journal import Entry, Journal
 from .lock import LOCK_DIR, TableLock
 from .sqltext import parse_name, quote, sql_string, sql_type
 from .storage import storage_for
@@ -224,11 +225,11 @@ def reregister(
             return shape.target(load_target(spark, target.name))
         for f in entry.removed:  # gone before the journal moves: the park moves the journal only
             journal.remove_replaced(f.path, entry.version)
-        fault_point("reshape_removed")
+        faults.fault_point("reshape_removed")
         with lock.moving():
             storage.move_folder(journal.log_dir, parked.log_dir)
             lock.relocate(parked.log_dir)
-            fault_point("reshape_parked")
+            faults.fault_point("reshape_parked")
             _register(spark, journal, parked, lock, shape, ident, target.name, entry.version)
     else:
         with lock.moving():
@@ -282,10 +283,10 @@ def _register(
             )
         _catalog(spark, f"DROP TABLE {ident}", name, version)
         described = None
-        fault_point("reshape_dropped")
+        faults.fault_point("reshape_dropped")
     if described is None:
         _catalog(spark, shape.ddl(ident), name, version)
-        fault_point("reshape_created")
+        faults.fault_point("reshape_created")
     now = _describe(spark, ident)
     if now is None or storage.qualify(now.location.rstrip("/")) != journal.location:
         raise JournalError(
@@ -294,7 +295,7 @@ def _register(
         )
     storage.move_folder(parked.log_dir, journal.log_dir)
     lock.relocate(journal.log_dir)
-    fault_point("reshape_unparked")
+    faults.fault_point("reshape_unparked")
     storage.delete(parked.location, recursive=True)
     spark.catalog.refreshTable(ident)
 

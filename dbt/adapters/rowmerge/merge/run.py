@@ -44,7 +44,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.utils import AnalysisException
 
-from . import feed_owner
+from . import faults, feed_owner
 from .callsites import without_call_sites
 from .cdf import ChangesTable, change_rows, feed_schema, prepare_changes_table, write_change_feed
 from .errors import (
@@ -63,10 +63,11 @@ from .feed_range import ChangesRange
 from .feed_range import resolve as resolve_range
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
 from .guards import check_deletes, check_source
-from .journal import Entry, Journal, Recovery, Staging, fault_point
+from .journal import Entry, Journal, Recovery, Staging
 from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .notices import progress, warn
+from .optimize import after_merge, clustering_columns
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
 from .reshape import finish_parked, finish_refresh, parked_folder, reregister
@@ -149,6 +150,7 @@ class Commit:
     initial: Entry | None  # version 0 to write first, for a table without a journal
     time: datetime  # the entry's timestamp, _commit_timestamp, and what current_timestamp() reads
     skipping: Skipping | None  # how footer statistics rule files out (None: they cannot)
+    cluster_by: tuple[str, ...] | None = None  # the table's clustering after this version
 
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
@@ -188,7 +190,7 @@ def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
             plan, source, commit = _prepare(spark, parsed, journal, target, metrics)
             try:
                 check_source(plan, source)
-                version = _merge(spark, plan, source, journal, lock, commit, metrics)
+                version, entry = _merge(spark, plan, source, journal, lock, commit, metrics)
             except MergeCommittedError:
                 raise
             except Exception as exc:
@@ -203,6 +205,8 @@ def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
                 raise
             finally:
                 source.df.unpersist()
+            if entry is not None:
+                _compact(spark, journal, lock, plan, commit, entry, metrics)
     result = MergeResult(version, metrics.as_dict(), target.name)
     logger.info("rowmerge: %s: %s (version %d)", target.name, result.summary(), version)
     return result
@@ -224,7 +228,12 @@ def _prepare(
     snapshot = journal.snapshot()
     initial = None if versions else journal.initial_entry(target, "CONVERT", snapshot)
 
-    commit_time = journal.commit_time(versions)
+    newest = journal.newest(versions)
+    commit_time = journal.commit_time(versions, newest)
+    wanted = parsed.upkeep.cluster_by
+    cluster_by = (
+        clustering_columns(target, wanted) if wanted is not None else newest.cluster_by if newest else None
+    )
     raw_source = read_source(spark, parsed.source)
     plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
     feed = parsed.change_data_feed and not dry
@@ -241,7 +250,7 @@ def _prepare(
         source = materialize(spark, plan, raw_source, skipping.ranges if skipping else ())
     metrics["numSourceRows"] = source.num_rows
     version = journal.next_version(versions, target.name)
-    commit = Commit(version, snapshot, changes, initial, commit_time, skipping)
+    commit = Commit(version, snapshot, changes, initial, commit_time, skipping, cluster_by)
     return plan, source, commit
 
 
@@ -351,8 +360,9 @@ def _merge(
     lock: TableLock,
     commit: Commit,
     metrics: MergeMetrics,
-) -> int:
-    """Phases 6-9; returns the committed version (the current one if nothing changed)."""
+) -> tuple[int, Entry | None]:
+    """Phases 6-9; returns the committed version and its entry (the current version and None
+    if nothing changed)."""
     target = plan.target
     metrics["numTargetFilesBeforeSkipping"] = len(commit.snapshot)
     files = commit.skipping.candidates(source) if commit.skipping else None
@@ -434,10 +444,10 @@ def _merge(
         _record_counts(metrics, scan, staged, removed, files)
         if not staged and not removed:
             logger.info("rowmerge: %s: nothing to change", target.name)
-            return commit.version - 1
-        fault_point("staged_data")
+            return commit.version - 1, None
+        faults.fault_point("staged_data")
         if commit.changes is not None:
-            fault_point("staged_cdf")
+            faults.fault_point("staged_cdf")
         metrics["numTargetChangeFilesAdded"] = len(feed)
 
         logger.info(
@@ -458,6 +468,7 @@ def _merge(
                 feed_columns=feed_schema(plan.output_fields),
                 feed=feed,
                 metrics=metrics.as_dict(),
+                cluster_by=commit.cluster_by,
             )
             # Everything that can fail runs before the entry exists (see the module doc).
             lock.check()
@@ -472,16 +483,44 @@ def _merge(
                 )
             journal.commit(entry, commit.initial)
             committed = True
-            fault_point("entry")
+            faults.fault_point("entry")
             try:
                 journal.apply(spark, entry, target, prepared=True)
             except Exception as exc:
                 raise MergeCommittedError(target.name, entry.version, exc) from exc
-        return commit.version
+        return commit.version, entry
     finally:
         release(scan)
         if not committed:
             journal.discard(staging)
+
+
+def _compact(
+    spark: SparkSession,
+    journal: Journal,
+    lock: TableLock,
+    plan: MergePlan,
+    commit: Commit,
+    entry: Entry,
+    metrics: MergeMetrics,
+) -> None:
+    """Phase 10 (optimize.py): compact small files as a version of its own, right after the
+    merge's, under its lock. The table's files after the merge are known from the listing
+    it read and its entry, so deciding costs no listing."""
+    upkeep = plan.spec.upkeep
+    if not upkeep.auto_compact and not upkeep.optimize_every:
+        return
+    removed = {f.path for f in entry.removed}
+    now_ms = int(commit.time.timestamp() * 1000)
+    files = {p: info for p, info in commit.snapshot.items() if p not in removed}
+    files.update({f.path: FileInfo(f.path, f.size, now_ms) for f in entry.added})
+    keys = [t for t, _ in plan.key_pairs]
+    with timed(metrics, "compactTimeMs"):
+        done = after_merge(spark, journal, lock, plan.target, upkeep, keys, files, entry)
+    if done is not None:
+        metrics["compactVersion"] = done.version
+        metrics["numCompactedFilesRemoved"] = len(done.removed)
+        metrics["numCompactedFilesAdded"] = len(done.added)
 
 
 def _write_one_pass(

@@ -25,6 +25,12 @@ DEFAULT_SOURCE_ALIAS = "DBT_INTERNAL_SOURCE"
 DEFAULT_SKIP_UNCHANGED_UPDATES = True
 DEFAULT_SCHEMA_EVOLUTION = False
 DEFAULT_LOCK_TIMEOUT_S = 600.0
+# Table upkeep (optimize.py, compaction.py; README "Compaction" says why these defaults).
+DEFAULT_AUTO_COMPACT = True
+DEFAULT_TARGET_FILE_SIZE_MB = 128.0
+DEFAULT_COMPACT_MIN_FILES = 8
+DEFAULT_COMPACT_MAX_FILES = 64
+DEFAULT_COMPACT_MAX_MB = 256.0
 
 WHEN_KINDS = ("matched", "not_matched", "not_matched_by_source")
 ACTIONS_BY_WHEN: dict[str, tuple[str, ...]] = {
@@ -55,6 +61,13 @@ TOP_LEVEL_KEYS = {
     "allow_empty_source",
     "max_delete_fraction",
     "constraints",
+    "auto_compact",
+    "target_file_size_mb",
+    "cluster_by",
+    "optimize_every",
+    "auto_compact_min_files",
+    "auto_compact_max_files",
+    "auto_compact_max_mb",
 }
 # `origin` is optional: the config key a clause came from (the dbt macros set it), so
 # messages name what the user wrote, e.g. "matched_condition" or "merge_clauses[2]".
@@ -107,6 +120,70 @@ class Constraint:
 
 
 @dataclass(frozen=True)
+class Upkeep:
+    """How a merge keeps its table's files in shape after it commits (compaction.py)."""
+
+    auto_compact: bool = DEFAULT_AUTO_COMPACT
+    target_file_size_mb: float = DEFAULT_TARGET_FILE_SIZE_MB
+    # None: the table's stored clustering (its journal), else the merge's key columns
+    cluster_by: tuple[str, ...] | None = None
+    optimize_every: int | None = None  # a whole-table optimize after every N-th version
+    min_files: int = DEFAULT_COMPACT_MIN_FILES  # files of one size tier before they merge
+    max_files: int = DEFAULT_COMPACT_MAX_FILES  # at most this many files compacted per merge
+    max_mb: float = DEFAULT_COMPACT_MAX_MB  # and at most this many MB
+
+    @property
+    def target_bytes(self) -> int:
+        return int(self.target_file_size_mb * 1024 * 1024)
+
+
+def parse_upkeep(raw: Mapping[str, Any], problems: list[str]) -> Upkeep:
+    """The upkeep keys of a spec (or of an ``optimize`` call), each problem named by its key."""
+
+    def number(key: str, default: float, whole: bool, least: float) -> float:
+        """``raw[key]``: a whole number >= ``least``, or (not ``whole``) any number > 0."""
+        value = raw.get(key)
+        if value is None:
+            return default
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or (value < least if whole else value <= 0)
+            or (whole and value != int(value))
+        ):
+            kind = f"a whole number >= {least:g}" if whole else "a number > 0"
+            problems.append(f"`{key}` must be {kind}, got {value!r}")
+            return default
+        return float(value)
+
+    auto = raw.get("auto_compact", DEFAULT_AUTO_COMPACT)
+    if not isinstance(auto, bool):
+        problems.append(f"`auto_compact` must be true or false, got {auto!r}")
+        auto = DEFAULT_AUTO_COMPACT
+    cluster = raw.get("cluster_by")
+    cluster_by: tuple[str, ...] | None = None
+    if isinstance(cluster, str) and cluster.strip():
+        cluster_by = (cluster.strip(),)
+    elif isinstance(cluster, (list, tuple)) and all(isinstance(c, str) and c.strip() for c in cluster):
+        cluster_by = tuple(c.strip() for c in cluster)
+    elif cluster is not None:
+        problems.append(f"`cluster_by` must be a column name or a list of column names, got {cluster!r}")
+    if cluster_by is not None and len({c.lower() for c in cluster_by}) != len(cluster_by):
+        problems.append(f"`cluster_by` names a column twice: {list(cluster_by)}")
+    every = number("optimize_every", 0, True, 1)
+    return Upkeep(
+        auto_compact=auto,
+        target_file_size_mb=number("target_file_size_mb", DEFAULT_TARGET_FILE_SIZE_MB, False, 1),
+        cluster_by=cluster_by,
+        optimize_every=int(every) if every else None,
+        min_files=int(number("auto_compact_min_files", DEFAULT_COMPACT_MIN_FILES, True, 2)),
+        max_files=int(number("auto_compact_max_files", DEFAULT_COMPACT_MAX_FILES, True, 2)),
+        max_mb=number("auto_compact_max_mb", DEFAULT_COMPACT_MAX_MB, False, 1),
+    )
+
+
+@dataclass(frozen=True)
 class MergeSpec:
     """The validated spec; everything downstream trusts it."""
 
@@ -127,6 +204,7 @@ class MergeSpec:
     # see DeleteLimitError.
     max_delete_fraction: float | None = None
     constraints: tuple[Constraint, ...] = ()
+    upkeep: Upkeep = field(default_factory=lambda: Upkeep())
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # The config `on` was compiled from (the dbt macros set it: `unique_key`, ...), so messages
     # about `on` name what the user wrote.
@@ -309,6 +387,7 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
 
     clauses = _parse_clauses(raw.get("clauses"), problems)
     constraints = _parse_constraints(raw.get("constraints"), problems)
+    upkeep = parse_upkeep(raw, problems)
     if problems:
         raise MergeSpecError(problems)
     return MergeSpec(
@@ -328,6 +407,7 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
         allow_empty_source=bool(raw.get("allow_empty_source", False)),
         max_delete_fraction=None if max_delete is None else float(max_delete),
         constraints=constraints,
+        upkeep=upkeep,
         raw=dict(raw),
     )
 

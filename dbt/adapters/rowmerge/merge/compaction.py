@@ -1,0 +1,161 @@
+"""Which files a compaction rewrites, and into how many files: plain Python over a listing.
+
+Two policies, both per partition (a compaction never moves a row to another partition):
+
+* **Tiered** (after a merge, bounded): files are sorted into size tiers, each
+  :data:`TIER_FACTOR` times the one below it; a tier that holds ``min_files`` files merges
+  them into one (about ``min_files`` times bigger, so into the next tier). A 50 KB file waits
+  only for seven others of its size, never for a 128 MB budget, and a big file is never
+  rewritten to absorb a tiny one. Work per merge is bounded (``max_files``, ``max_bytes``),
+  smallest tiers first; what is left waits for the next merge. As in an LSM tree, a file is
+  rewritten about once per tier, so the cost is amortized over the merges that wrote it: an
+  hourly model's small files become one file per tier rather than one per hour.
+* **Bin-packing** (``optimize``): every file below half the target size, in bins of at most
+  the target size; with ``cluster`` every file of a partition whose key ranges overlap another's
+  is rewritten, sorted, so each key range lies in one file again (file skipping works again).
+
+Files at or above half the target size are full: two of them would exceed it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# The smallest tier holds files up to base * TIER_FACTOR bytes, tier k up to
+# base * TIER_FACTOR ** (k + 1), where base is the target size / TIER_BASE_DIVISOR (64 KB for
+# 128 MB): tiers 0-2 then end at 512 KB, 4 MB and 32 MB (a quarter of the target). With the
+# default 8 files per merge, a tier's merge lands in the next tier.
+TIER_BASE_DIVISOR = 2048
+TIER_FACTOR = 8
+FULL_FRACTION = 0.5  # a file this fraction of the target size or more is left alone
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A file of the table as the planner sees it."""
+
+    path: str  # qualified
+    size: int
+    partition: str  # its folder below the table ("" unpartitioned)
+    order: Any = 0  # how files of one tier are taken, oldest (or lowest key) first
+    key_range: tuple[Any, Any] | None = None  # the cluster key's (min, max), if known
+
+
+@dataclass(frozen=True)
+class Group:
+    """Files of one partition rewritten together into ``outputs`` files."""
+
+    partition: str
+    files: tuple[DataFile, ...]
+    outputs: int
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def partition_of(path: str, location: str) -> str:
+    """The partition folder of ``path`` below ``location`` ("" for an unpartitioned table)."""
+    rel = path[len(location.rstrip("/")) + 1 :]
+    return rel.rsplit("/", 1)[0] if "/" in rel else ""
+
+
+def tier(size: int, target_bytes: int) -> int:
+    """The size tier of a file of ``size`` bytes, for a table whose target is ``target_bytes``."""
+    base = max(1.0, target_bytes / TIER_BASE_DIVISOR)
+    if size <= base * TIER_FACTOR:
+        return 0
+    return int(math.log(size / base, TIER_FACTOR))
+
+
+def outputs(size: int, target_bytes: int) -> int:
+    """How many files of about the target size ``size`` bytes of input become."""
+    return max(1, round(size / target_bytes)) if size > target_bytes else 1
+
+
+def _by_partition(files: Iterable[DataFile]) -> dict[str, list[DataFile]]:
+    out: dict[str, list[DataFile]] = {}
+    for f in files:
+        out.setdefault(f.partition, []).append(f)
+    return out
+
+
+def tiered(
+    files: Sequence[DataFile], target_bytes: int, min_files: int, max_files: int, max_bytes: int
+) -> list[Group]:
+    """The groups a merge compacts now (empty: no tier of any partition is full yet)."""
+    full = target_bytes * FULL_FRACTION
+    ready: list[tuple[int, str, list[DataFile]]] = []
+    for partition, found in sorted(_by_partition(files).items()):
+        tiers: dict[int, list[DataFile]] = {}
+        for f in found:
+            if f.size < full:
+                tiers.setdefault(tier(f.size, target_bytes), []).append(f)
+        for level, members in sorted(tiers.items()):
+            members.sort(key=lambda f: (f.order, f.path))
+            # whole runs of min_files, oldest first: each lands in the next tier
+            for start in range(0, len(members) - min_files + 1, min_files):
+                ready.append((level, partition, members[start : start + min_files]))
+    ready.sort(key=lambda r: r[0])  # smallest tiers first: most files gone per byte
+    out: list[Group] = []
+    taken_files = taken_bytes = 0
+    for _, partition, members in ready:
+        size = sum(f.size for f in members)
+        if taken_files + len(members) > max_files or taken_bytes + size > max_bytes:
+            continue  # a later merge takes it (or optimize)
+        out.append(Group(partition, tuple(members), outputs(size, target_bytes)))
+        taken_files += len(members)
+        taken_bytes += size
+    return out
+
+
+def bin_packed(files: Sequence[DataFile], target_bytes: int, cluster: bool) -> list[Group]:
+    """The groups ``optimize`` rewrites: small files packed into bins of about the target size;
+    with ``cluster``, also every partition whose files' key ranges overlap (all its files,
+    sorted across them)."""
+    full = target_bytes * FULL_FRACTION
+    out: list[Group] = []
+    for partition, found in sorted(_by_partition(files).items()):
+        if cluster and len(found) > 1 and _overlapping(found):
+            size = sum(f.size for f in found)
+            ordered = tuple(sorted(found, key=lambda f: f.path))
+            out.append(Group(partition, ordered, max(1, math.ceil(size / target_bytes))))
+            continue
+        small = sorted((f for f in found if f.size < full), key=lambda f: (f.order, f.path))
+        bin_: list[DataFile] = []
+        for f in small:
+            if bin_ and sum(b.size for b in bin_) + f.size > target_bytes:
+                if len(bin_) > 1:
+                    out.append(Group(partition, tuple(bin_), 1))
+                bin_ = []
+            bin_.append(f)
+        if len(bin_) > 1:
+            out.append(Group(partition, tuple(bin_), 1))
+    return out
+
+
+def _overlapping(files: Sequence[DataFile]) -> bool:
+    """Whether some two files' key ranges overlap (a file without a known range overlaps)."""
+    ranges = []
+    for f in files:
+        if f.key_range is None or None in f.key_range:
+            return True
+        ranges.append(f.key_range)
+    try:
+        ranges.sort()
+        return any(ranges[i][0] <= ranges[i - 1][1] for i in range(1, len(ranges)))
+    except TypeError:  # ranges of values that do not compare
+        return True
+
+
+def summary(groups: Sequence[Group]) -> dict[str, int]:
+    """Counts a dry run and the entry's metrics report."""
+    return {
+        "groups": len(groups),
+        "files": sum(len(g.files) for g in groups),
+        "bytes": sum(g.size for g in groups),
+        "outputs": sum(g.outputs for g in groups),
+    }

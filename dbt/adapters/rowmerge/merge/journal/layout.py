@@ -1,0 +1,154 @@
+"""Where a journal keeps its files, and the small values every part of it shares.
+
+Only the journal knows this layout (recovery validates entries against it), so the data
+phases are handed staging folders (:class:`Staging`) rather than building paths of their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from ..storage import Storage, is_hidden
+from ..table import partition_values
+
+LOG_DIR = "_rowmerge_log"
+STAGING_DIR = "staging"
+DATA_DIR = "data"
+CDF_DIR = "cdf"
+ENTRY_SUFFIX = ".json"
+APPLIED_SUFFIX = ".applied"
+CHECKPOINT_SUFFIX = ".stats.json"  # a statistics checkpoint (checkpoint.py)
+VERSION_DIGITS = 20
+# A version is a change feed's _commit_version (BIGINT): the largest one a commit may take.
+MAX_VERSION = 2**63 - 1
+# Names in the log folder: <20 digits><suffix>; a digit-named file of another width was not
+# written by a journal, and recovery stops on it instead of guessing (see Journal.scan_log).
+LOG_NAME = re.compile(r"^(\d+)(\.json|\.applied|\.stats\.json)$")
+TXN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]*$")
+
+
+def utc_now() -> datetime:
+    """Now, at millisecond precision (what the journal stores and the change feed repeats)."""
+    now = datetime.now(timezone.utc)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def parse_iso(text: str) -> datetime:
+    """A journal timestamp (written by :func:`iso`) as an aware UTC datetime."""
+    parsed = datetime.fromisoformat(text)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def iso(ts: datetime) -> str:
+    return ts.isoformat(timespec="milliseconds")
+
+
+def spec_digest(raw: Mapping[str, Any]) -> str:
+    """A short fingerprint of the merge spec: which spec produced an entry, without storing it."""
+    return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def new_txn() -> str:
+    """A staging folder name: sortable by time, unique without coordination."""
+    return f"{int(time.time() * 1000)}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(frozen=True)
+class Staging:
+    """One merge's staging folder: where its files wait, invisible to readers, until the commit.
+
+    Only the journal knows the layout (recovery validates entries against it), so the data
+    phases are handed these folders rather than building paths of their own.
+    """
+
+    txn: str
+    dir: str  # qualified: <table>/_rowmerge_log/staging/<txn>
+
+    @property
+    def data_dir(self) -> str:
+        """The target's new files, in the table's partition layout."""
+        return f"{self.dir}/{DATA_DIR}"
+
+    @property
+    def cdf_dir(self) -> str:
+        """The change-feed files (one flat folder: the commit moves them into its partition)."""
+        return f"{self.dir}/{CDF_DIR}"
+
+
+def ancestors(location: str) -> list[str]:
+    """The folders above ``location`` (a qualified URI), nearest first, up to its root."""
+    scheme, sep, rest = location.partition(":")
+    if not sep:
+        return []
+    if rest.startswith("//"):
+        authority, _, path = rest[2:].partition("/")
+        prefix = f"{scheme}://{authority}"
+    else:
+        prefix, path = f"{scheme}:", rest
+    parts = [p for p in path.split("/") if p]
+    return [f"{prefix}/{'/'.join(parts[:i])}" for i in range(len(parts) - 1, -1, -1)]
+
+
+def below(path: str, folder: str) -> str:
+    """``path`` relative to ``folder``, which holds it (a staged file's partition sub-path)."""
+    return path.split(folder.rstrip("/") + "/", 1)[1]
+
+
+def inside(path: str, root: str) -> str | None:
+    """``path`` relative to ``root`` if it is a visible file below it (no ``..``, no hidden part)."""
+    root = root.rstrip("/")
+    if not path.startswith(root + "/"):
+        return None
+    rel = path[len(root) + 1 :]
+    segments = rel.split("/")
+    if any(s in ("", ".", "..") or is_hidden(s) for s in segments):
+        return None
+    return rel
+
+
+def layout_problems(what: str, rel: str, partition_columns: Sequence[str]) -> list[str]:
+    """A data file's path below the table must be ``k1=v1/.../file`` with the table's partition keys."""
+    folders = rel.split("/")[:-1]
+    try:
+        keys = [k.lower() for k, _ in partition_values("/".join(folders))] if folders else []
+    except ValueError:
+        keys = []
+    if keys != list(partition_columns):
+        want = "/".join(f"{c}=..." for c in partition_columns) or "no folder"
+        return [f"places {what} at {rel!r}; this table's layout is {want}"]
+    return []
+
+
+@dataclass
+class JournalFiles:
+    """The journal of one table: where its files are (the base each part of it builds on)."""
+
+    storage: Storage
+    location: str  # qualified
+
+    @property
+    def log_dir(self) -> str:
+        return f"{self.location}/{LOG_DIR}"
+
+    def staging_dir(self, txn: str) -> str:
+        return f"{self.log_dir}/{STAGING_DIR}/{txn}"
+
+    def staging(self, txn: str) -> Staging:
+        return Staging(txn, self.staging_dir(txn))
+
+    def entry_path(self, version: int) -> str:
+        return f"{self.log_dir}/{version:0{VERSION_DIGITS}d}{ENTRY_SUFFIX}"
+
+    def applied_path(self, version: int) -> str:
+        return f"{self.log_dir}/{version:0{VERSION_DIGITS}d}{APPLIED_SUFFIX}"
+
+    def checkpoint_path(self, version: int) -> str:
+        return f"{self.log_dir}/{version:0{VERSION_DIGITS}d}{CHECKPOINT_SUFFIX}"

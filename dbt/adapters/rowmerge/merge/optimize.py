@@ -1,0 +1,464 @@
+"""Table operation OPTIMIZE: rewrite small files into fewer, bigger ones, committed through
+the journal as a version of its own. No row changes, so it writes no change-feed rows.
+
+``optimize(spark, table, ...)`` runs it on demand; :func:`after_merge` runs the bounded, tiered
+form right after a merge commits, under the merge's lock (auto-compaction: never inside the
+merge's own write, so an insert-only merge still replaces no file). Both:
+
+1. list the table's files; the planner (compaction.py) picks groups of files, each in one
+   partition, and how many files each becomes;
+2. read the groups' rows in one job, ordered by the cluster key (the table's ``cluster_by``,
+   else the merge's key) so the new files keep narrow key ranges, and write them into a
+   staging folder, partitioned like the table;
+3. check that the files written hold exactly as many rows as the files they replace;
+4. commit an ``OPTIMIZE`` entry (added: the new files; removed: the groups' files) and apply
+   it like any other: new files move in before the old ones go, so a reader of the folder
+   sees some rows twice for a moment (as during a merge's apply) and never misses one.
+
+Every step before the entry leaves the table as it was; after it, recovery finishes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.utils import AnalysisException
+
+from . import compaction, faults
+from .callsites import without_call_sites
+from .compaction import DataFile, Group
+from .errors import MergeCommittedError, MergeError, MergeSpecError
+from .filestats import indexed_columns
+from .journal import Entry, Journal
+from .lock import TableLock
+from .notices import warn
+from .outputs import q
+from .rewrite import staged_files
+from .spec import DEFAULT_LOCK_TIMEOUT_S, Upkeep, parse_upkeep
+from .storage import FileInfo
+from .table import TargetTable, load_target, partition_values
+
+logger = logging.getLogger("rowmerge")
+
+GROUP = "__rowmerge_group"
+FILE_PATH = "_metadata.file_path"
+
+
+class OptimizeError(MergeError):
+    """An optimize that cannot run as asked (its arguments, or a table that changed under it)."""
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """What an optimize did (or, as a dry run, would do)."""
+
+    table: str
+    version: int | None  # the OPTIMIZE version committed (None: nothing to do, or a dry run)
+    files_before: int
+    bytes_before: int
+    files_removed: int
+    bytes_removed: int
+    files_added: int  # a dry run: the files it would write
+    bytes_added: int  # a dry run: 0 (not known before writing)
+    cluster_by: tuple[str, ...] = ()
+    dry_run: bool = False
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "version": self.version,
+            "files_before": self.files_before,
+            "bytes_before": self.bytes_before,
+            "files_removed": self.files_removed,
+            "bytes_removed": self.bytes_removed,
+            "files_added": self.files_added,
+            "bytes_added": self.bytes_added,
+            "files_after": self.files_before - self.files_removed + self.files_added,
+            "cluster_by": list(self.cluster_by),
+            "dry_run": self.dry_run,
+        }
+
+    def summary(self) -> str:
+        if not self.files_removed:
+            return f"{self.table}: nothing to compact ({self.files_before} file(s))"
+        verb = "would rewrite" if self.dry_run else "rewrote"
+        into = (
+            f"{self.files_added} file(s)"
+            if self.dry_run
+            else f"{self.files_added} file(s), {_mb(self.bytes_added)}"
+        )
+        version = f" (version {self.version})" if self.version is not None else ""
+        return (
+            f"{self.table}: {verb} {self.files_removed} of {self.files_before} file(s), "
+            f"{_mb(self.bytes_removed)}, into {into}{version}"
+        )
+
+
+@contextmanager
+def timed_ms(metrics: dict[str, Any], name: str) -> Iterator[None]:
+    """Add the block's wall time to ``metrics[name]`` (milliseconds)."""
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        metrics[name] = metrics.get(name, 0) + int((time.monotonic() - start) * 1000)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1024 / 1024:.1f} MB"
+
+
+def optimize(
+    spark: SparkSession,
+    table: str,
+    partition_filter: str | None = None,
+    cluster_by: Sequence[str] | str | None = None,
+    target_file_size_mb: float | None = None,
+    dry_run: bool = False,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> OptimizeResult:
+    """Compact ``table``'s small files (bin-packing to ``target_file_size_mb``, default 128).
+
+    ``cluster_by``: columns to sort rows by across the rewritten files, so their key ranges
+    stop overlapping and file skipping works again; stored with the table (its journal), so
+    every later compaction keeps it. None: the table's stored ``cluster_by``, if any.
+    ``partition_filter``: a SQL condition on partition columns (only those partitions).
+    ``dry_run``: report the files it would rewrite, writing nothing and taking no lock.
+    """
+    from .run import load_or_finish, open_journal, recover_locked, storage_errors, table_lock
+
+    problems: list[str] = []
+    raw: dict[str, Any] = {"cluster_by": cluster_by}
+    if target_file_size_mb is not None:
+        raw["target_file_size_mb"] = target_file_size_mb
+    upkeep = parse_upkeep(raw, problems)
+    if partition_filter is not None and (
+        not isinstance(partition_filter, str) or not partition_filter.strip()
+    ):
+        problems.append(
+            f"`partition_filter` must be a SQL condition on partition columns, got {partition_filter!r}"
+        )
+    if problems:
+        raise MergeSpecError(problems)
+    with without_call_sites(), storage_errors(f"OPTIMIZE of {table}"):
+        journal = open_journal(spark, load_or_finish(spark, table).location)
+        journal.check_placement(table)
+        if dry_run:
+            target = load_target(spark, table)
+            journal.check_bound(target)
+            return _optimize(spark, journal, None, target, upkeep, partition_filter, True)
+        with table_lock(journal, table, "OPTIMIZE", lock_timeout_s) as lock:
+            target = load_target(spark, table)
+            if recover_locked(spark, journal, lock, target).rolled_forward:
+                target = load_target(spark, table)
+            return _optimize(spark, journal, lock, target, upkeep, partition_filter, False)
+
+
+def _optimize(
+    spark: SparkSession,
+    journal: Journal,
+    lock: TableLock | None,
+    target: TargetTable,
+    upkeep: Upkeep,
+    partition_filter: str | None,
+    dry: bool,
+) -> OptimizeResult:
+    versions = journal.versions()
+    newest = journal.newest(versions)
+    stored = newest.cluster_by if newest is not None else None
+    cluster = clustering_columns(target, upkeep.cluster_by) if upkeep.cluster_by is not None else stored or ()
+    snapshot = journal.snapshot()
+    files = data_files(journal, target, snapshot, cluster, versions)
+    chosen = _partitions(spark, target, {f.partition for f in files}, partition_filter)
+    in_scope = [f for f in files if chosen is None or f.partition in chosen]
+    groups = compaction.bin_packed(in_scope, upkeep.target_bytes, cluster=bool(cluster))
+    counted = compaction.summary(groups)
+    before = (len(snapshot), sum(f.size for f in snapshot.values()))
+    if dry or not groups:
+        return OptimizeResult(
+            target.name, None, *before, counted["files"], counted["bytes"],
+            counted["outputs"] if dry else 0, 0, tuple(cluster), dry,
+        )  # fmt: skip
+    assert lock is not None
+    if not versions:  # a table without a journal: version 0 is the table as found
+        journal.write_initial(journal.initial_entry(target, "CONVERT", snapshot))
+        versions = [0]
+    # A cluster_by given here is the table's from now on; otherwise the stored one stays.
+    keep = tuple(cluster) if upkeep.cluster_by is not None else stored
+    entry = compact(spark, journal, lock, target, groups, list(cluster), upkeep, snapshot, keep)
+    logger.info("rowmerge: optimized %s: version %d", target.name, entry.version)
+    return OptimizeResult(
+        target.name, entry.version, *before, len(entry.removed), sum(f.size for f in entry.removed),
+        len(entry.added), sum(f.size for f in entry.added), tuple(cluster), False, dict(entry.metrics),
+    )  # fmt: skip
+
+
+def clustering_columns(target: TargetTable, columns: Sequence[str]) -> tuple[str, ...]:
+    """``cluster_by`` as the table names its columns; MergeSpecError naming a wrong one."""
+    out, problems = [], []
+    parts = {c.lower() for c in target.partition_columns}
+    for c in columns:
+        if not target.has_column(c):
+            problems.append(
+                f"`cluster_by` column {c!r} is not a column of {target.name} (its columns: "
+                f"{', '.join(target.columns)})"
+            )
+        elif c.lower() in parts:
+            problems.append(
+                f"`cluster_by` column {c!r} is a partition column of {target.name}: every file holds "
+                "one value of it already; cluster by columns inside the files"
+            )
+        else:
+            out.append(target.field(c).name)
+    if problems:
+        raise MergeSpecError(problems)
+    return tuple(out)
+
+
+def data_files(
+    journal: Journal,
+    target: TargetTable,
+    snapshot: dict[str, FileInfo],
+    cluster: Sequence[str],
+    versions: Sequence[int],
+) -> list[DataFile]:
+    """The table's files as the planner sees them: size, partition, age and (when the journal
+    records it) the range of the first cluster column."""
+    ranges: dict[str, tuple[Any, Any]] = {}
+    first = cluster[0] if cluster else None
+    if first is not None and versions and indexed_columns([target.field(first)], ()):
+        summaries = journal.file_summaries(target, snapshot, versions)
+        for path, s in summaries.items():
+            r = s.columns.get(first.lower())
+            if r is not None:
+                ranges[path] = (r.low, r.high)
+    return [
+        DataFile(
+            path=path,
+            size=info.size,
+            partition=compaction.partition_of(path, journal.location),
+            order=info.mtime,
+            key_range=ranges.get(path),
+        )
+        for path, info in sorted(snapshot.items())
+    ]
+
+
+def _partitions(
+    spark: SparkSession, target: TargetTable, folders: set[str], condition: str | None
+) -> set[str] | None:
+    """The partition folders ``condition`` selects (None: no condition, every partition)."""
+    if condition is None:
+        return None
+    if not target.partition_columns:
+        raise MergeSpecError(
+            [
+                f"`partition_filter` ({condition}) needs a partitioned table; {target.name} has no "
+                "partition columns"
+            ]
+        )
+    rows = []
+    for folder in sorted(folders):
+        values = dict((k.lower(), v) for k, v in partition_values(folder)) if folder else {}
+        rows.append((folder, *[values.get(c.lower()) for c in target.partition_columns]))
+    cols = [target.field(c) for c in target.partition_columns]
+    frame = spark.createDataFrame(rows, ["__folder", *[f"_p{i}" for i in range(len(cols))]])
+    typed = frame.select(
+        "__folder",
+        *[
+            F.when(F.col(f"_p{i}") == "__HIVE_DEFAULT_PARTITION__", F.lit(None))
+            .otherwise(F.col(f"_p{i}"))
+            .cast(c.dataType)
+            .alias(c.name)
+            for i, c in enumerate(cols)
+        ],
+    )
+    try:
+        picked = typed.where(F.expr(condition)).select("__folder").collect()
+    except AnalysisException as exc:
+        raise MergeSpecError(
+            [
+                f"`partition_filter` ({condition}) must be a condition on the partition columns of "
+                f"{target.name} ({', '.join(target.partition_columns)}): {str(exc).splitlines()[0]}"
+            ]
+        ) from None
+    return {r[0] for r in picked}
+
+
+def compact(
+    spark: SparkSession,
+    journal: Journal,
+    lock: TableLock,
+    target: TargetTable,
+    groups: Sequence[Group],
+    keys: Sequence[str],
+    upkeep: Upkeep,
+    snapshot: dict[str, FileInfo],
+    cluster_by: Sequence[str] | None,
+) -> Entry:
+    """Rewrite ``groups`` and commit them as an OPTIMIZE version (hold the lock); steps 2-4 of
+    the module doc. ``keys``: what rows are ordered by; ``cluster_by``: the table's clustering
+    to record (None: none)."""
+    metrics: dict[str, Any] = {"numTargetRowsInserted": 0}
+    staging = journal.stage()
+    committed = False
+    try:
+        with timed_ms(metrics, "rewriteTimeMs"):
+            _write(spark, journal, target, groups, keys, staging.data_dir)
+            removed = {f.path: f.size for g in groups for f in g.files}
+            fields = indexed_columns(target.schema.fields, target.partition_columns)
+            staged, counts = staged_files(
+                target.file_format, staging.data_dir, journal.storage,
+                {journal.storage.to_spark_path(p): s for p, s in removed.items()}, fields,
+            )  # fmt: skip
+        rows_in = sum(counts.values())
+        rows_out = sum(f.rows for f in staged)
+        if rows_in != rows_out:
+            raise OptimizeError(
+                f"OPTIMIZE of {target.name} stopped: the files it wrote hold {rows_out} rows, the "
+                f"{len(removed)} files they replace {rows_in}. Nothing was changed. Was the table "
+                "written by another job while it ran? Run it again."
+            )
+        faults.fault_point("compact_staged")
+        versions = journal.versions()
+        newest = journal.newest(versions)
+        version = journal.next_version(versions, target.name)
+        metrics.update(
+            numFilesRemoved=len(removed),
+            numFilesAdded=len(staged),
+            numBytesRemoved=sum(removed.values()),
+            numBytesAdded=sum(f.size for f in staged),
+            numRowsRewritten=rows_out,
+            numGroups=len(groups),
+            numFilesBefore=len(snapshot),
+            numBytesBefore=sum(f.size for f in snapshot.values()),
+        )
+        if keys:
+            metrics["orderedBy"] = list(keys)
+        with timed_ms(metrics, "commitTimeMs"):
+            entry = journal.merge_entry(
+                staging,
+                version=version,
+                timestamp=journal.commit_time(versions, newest),
+                target=target,
+                spec={"operation": "OPTIMIZE", "keys": list(keys), "target_mb": upkeep.target_file_size_mb},
+                added=staged,
+                removed=[(p, s, counts[journal.storage.qualify(p)]) for p, s in removed.items()],
+                new_columns=(),
+                changes=None,
+                feed_columns=None,
+                feed=(),
+                metrics=metrics,
+                operation="OPTIMIZE",
+                cluster_by=cluster_by,
+            )
+            lock.check()
+            journal.check(entry, target, recovering=False)
+            journal.check_unchanged(entry, {p: snapshot[p] for p in removed})
+            journal.commit(entry)
+            committed = True
+            faults.fault_point("compact_entry")
+            try:
+                journal.apply(spark, entry, target, prepared=True, steps="compact_")
+            except Exception as exc:
+                raise MergeCommittedError(target.name, entry.version, exc) from exc
+        return entry
+    finally:
+        if not committed:
+            journal.discard(staging)
+
+
+def _write(
+    spark: SparkSession,
+    journal: Journal,
+    target: TargetTable,
+    groups: Sequence[Group],
+    keys: Sequence[str],
+    staging: str,
+) -> None:
+    """Write the rows of ``groups`` into ``staging`` in one job: each group into its number of
+    files, rows ordered by ``keys`` (else as they were), partitioned like the table."""
+    group_of: dict[str, int] = {}
+    for i, g in enumerate(groups):
+        for f in g.files:
+            group_of[journal.storage.to_spark_path(f.path)] = i
+    path = F.col(FILE_PATH)
+    rows: DataFrame = target.read(spark).where(path.isin(list(group_of)))
+    mapping = F.create_map(*[x for u, i in sorted(group_of.items()) for x in (F.lit(u), F.lit(i))])
+    rows = rows.withColumn(GROUP, F.element_at(mapping, path))
+    order: list[Column] = [F.col(GROUP), *[F.col(q(k)) for k in keys]]
+    if not keys:  # keep the rows' order: file by file, as they were
+        order += [path, F.col("_metadata.row_index")] if target.supports_row_index else [path]
+    # One task per output file: a range split on (group, key) keeps each group's rows
+    # together and, for a group of several files, gives each file its own key range.
+    total = sum(g.outputs for g in groups)
+    out = rows.repartitionByRange(total, *order).sortWithinPartitions(*order).drop(GROUP)
+    writer = out.write.format(target.file_format)
+    if target.partition_columns:
+        writer = writer.partitionBy(*target.partition_columns)
+    writer.save(staging)
+
+
+def after_merge(
+    spark: SparkSession,
+    journal: Journal,
+    lock: TableLock,
+    target: TargetTable,
+    upkeep: Upkeep,
+    keys: Sequence[str],
+    files: dict[str, FileInfo],
+    entry: Entry,
+) -> Entry | None:
+    """Auto-compaction: right after the merge ``entry`` committed, under its lock, compact what
+    the tiered policy finds ready (compaction.tiered), or every small file when the version is
+    a multiple of ``optimize_every``. ``files``: the table's files after the merge. A failure
+    before its own commit point leaves the table as the merge left it and only warns."""
+    every = upkeep.optimize_every
+    whole = every is not None and entry.version % every == 0
+    if not whole and not upkeep.auto_compact:
+        return None
+    cluster = list(entry.cluster_by or ()) or list(keys)
+
+    def plan(found: dict[str, FileInfo]) -> list[Group]:
+        listed = [
+            DataFile(p, info.size, compaction.partition_of(p, journal.location), info.mtime)
+            for p, info in sorted(found.items())
+        ]
+        if whole:
+            return compaction.bin_packed(listed, upkeep.target_bytes, cluster=False)
+        max_bytes = int(upkeep.max_mb * 1024 * 1024)
+        return compaction.tiered(listed, upkeep.target_bytes, upkeep.min_files, upkeep.max_files, max_bytes)
+
+    # Decided from the files the merge knows (no listing); once there is work, planned again
+    # from a listing, whose sizes and times the commit checks its input against.
+    if not plan(files):
+        return None
+    files = journal.snapshot()
+    groups = plan(files)
+    if not groups:
+        return None
+    logger.info(
+        "rowmerge: %s: compacting %d small file(s) in %d group(s)",
+        target.name,
+        sum(len(g.files) for g in groups),
+        len(groups),
+    )
+    try:
+        return compact(spark, journal, lock, target, groups, cluster, upkeep, files, entry.cluster_by)
+    except MergeCommittedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the merge is committed; the files wait
+        reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        warn(
+            f"{target.name}: compacting small files after the merge failed, so they stay as they are "
+            f"until a later merge or optimize compacts them ({reason})"
+        )
+        return None

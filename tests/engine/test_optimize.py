@@ -1,0 +1,383 @@
+"""OPTIMIZE (optimize.py): small files become fewer, bigger ones as a version of their own,
+rows unchanged, no change-feed rows; with ``cluster_by`` key ranges stop overlapping and file
+skipping works again; auto-compaction after a merge; bad arguments refused before anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from datetime import date
+
+import pytest
+
+from dbt.adapters.rowmerge.merge import (
+    MergeSpecError,
+    faults,
+    history,
+    optimize,
+    recover,
+)
+from dbt.adapters.rowmerge.merge.errors import MergeCommittedError
+from tests.engine.helpers import (
+    UPSERT,
+    create_table,
+    file_snapshot,
+    folder_digest,
+    merge,
+    rows,
+    source_view,
+    table_dir,
+)
+
+INTERLEAVED = 8  # files whose keys interleave: every file spans the whole key range
+
+
+def _interleaved(spark, t: str, per_file: int = 2000) -> None:
+    create_table(
+        spark,
+        t,
+        "id long, v string",
+        [[(i * INTERLEAVED + k, f"v{k}") for i in range(per_file)] for k in range(INTERLEAVED)],
+    )
+
+
+def _upsert_reads(spark, db: str, t: str, first: int, name: str) -> int:
+    """Files a 100-row upsert of the contiguous keys ``first``.. reads (after skipping)."""
+    src = source_view(
+        spark, f"{db}_{name}", "id long, v string", [(i, name) for i in range(first, first + 100)]
+    )
+    return merge(spark, t, src, UPSERT, auto_compact=False).metrics["numTargetFilesAfterSkipping"]
+
+
+def test_optimize_with_cluster_by_restores_file_skipping(spark, db):
+    t = f"{db}.t"
+    _interleaved(spark, t)
+    expected = rows(spark, t)
+    result = optimize(spark, t, cluster_by=["id"], target_file_size_mb=0.02)
+    assert (result.version, result.files_before, result.files_removed) == (1, 8, 8)
+    assert result.files_added == len(file_snapshot(spark, t)) > 2
+    assert rows(spark, t) == expected
+    # each file now holds one key range: a contiguous upsert reads one or two files, not 8
+    assert _upsert_reads(spark, db, t, 5000, "a") <= 2
+    assert _upsert_reads(spark, db, t, 9000, "b") <= 2
+    newest = history(spark, t)[2]
+    assert (newest["operation"], newest["files_removed"], newest["files_added"], newest["rows_inserted"]) == (
+        "OPTIMIZE",
+        8,
+        result.files_added,
+        0,
+    )
+    m = newest["metrics"]
+    assert (m["numFilesBefore"], m["numFilesRemoved"], m["numRowsRewritten"]) == (8, 8, 16000)
+    assert m["numBytesRemoved"] == result.bytes_removed and m["numBytesAdded"] == result.bytes_added
+
+
+def test_before_optimize_the_same_upsert_reads_every_file(spark, db):
+    """The other half of the claim above: interleaved keys defeat file skipping."""
+    t = f"{db}.t"
+    _interleaved(spark, t)
+    assert _upsert_reads(spark, db, t, 5000, "a") == INTERLEAVED
+
+
+def test_optimize_bin_packs_small_files_and_keeps_rows_and_partitions(spark, db):
+    t = f"{db}.p"
+    create_table(
+        spark,
+        t,
+        "id long, v string, day string",
+        [[(i * 10 + k, "x", d) for i in range(50)] for k in range(5) for d in ("d1", "d2")],
+        partition_by=["day"],
+    )
+    create_table(spark, f"{db}.lone", "id long", [[(1,)]])
+    expected = rows(spark, t)
+    before = sorted(os.path.relpath(os.path.dirname(p), table_dir(spark, t)) for p in file_snapshot(spark, t))
+    assert before == ["day=d1"] * 5 + ["day=d2"] * 5
+    result = optimize(spark, t)
+    assert (result.files_removed, result.files_added) == (10, 2)
+    after = sorted(os.path.relpath(os.path.dirname(p), table_dir(spark, t)) for p in file_snapshot(spark, t))
+    assert after == ["day=d1", "day=d2"]
+    assert rows(spark, t) == expected
+    # nothing left to do: no version
+    again = optimize(spark, t)
+    assert (again.version, again.files_removed) == (None, 0)
+    assert [h["operation"] for h in history(spark, t)] == ["OPTIMIZE", "CONVERT"]
+    assert optimize(spark, f"{db}.lone").version is None
+
+
+def test_optimize_of_one_partition_leaves_the_others(spark, db):
+    t = f"{db}.p"
+    create_table(
+        spark,
+        t,
+        "id long, day date",
+        [[(k, d)] for k in range(3) for d in (None, date(2026, 1, 1), date(2026, 1, 2))],
+        partition_by=["day"],
+    )
+    folder = table_dir(spark, t)
+    untouched = {p: s for p, s in file_snapshot(spark, t).items() if "2026-01-02" in p or "DEFAULT" in p}
+    result = optimize(spark, t, partition_filter="day = date'2026-01-01'")
+    assert (result.files_removed, result.files_added) == (3, 1)
+    now = file_snapshot(spark, t)
+    assert {p: s for p, s in now.items() if p in untouched} == untouched
+    assert len([p for p in now if "day=2026-01-01" in p]) == 1
+    # the NULL partition (Hive's default folder) is selectable too
+    assert optimize(spark, t, partition_filter="day is null").files_removed == 3
+    assert os.path.isdir(folder)
+
+
+def test_dry_run_reports_and_writes_nothing(spark, db):
+    t = f"{db}.t"
+    _interleaved(spark, t, per_file=50)
+    before = folder_digest(table_dir(spark, t))
+    report = optimize(spark, t, cluster_by="id", dry_run=True)
+    assert (report.dry_run, report.version, report.files_removed, report.files_added) == (True, None, 8, 1)
+    assert "would rewrite 8 of 8 file(s)" in report.summary()
+    assert folder_digest(table_dir(spark, t)) == before
+
+
+def test_optimize_writes_no_change_rows_and_a_consumer_stays_exact(spark, db):
+    t, changes = f"{db}.t", f"{db}.t__changes"
+    create_table(spark, t, "id long, v string", [[(k, "a")] for k in range(6)])
+    merge(spark, t, source_view(spark, f"{db}_s", "id long, v string", [(1, "b"), (9, "z")]), UPSERT,
+          change_data_feed={"table": changes}, auto_compact=False)  # fmt: skip
+    result = optimize(spark, t)
+    assert result.version == 2 and result.files_removed >= 6
+    merge(spark, t, source_view(spark, f"{db}_s2", "id long, v string", [(2, "c")]), UPSERT,
+          change_data_feed={"table": changes}, auto_compact=False)  # fmt: skip
+    spark.catalog.refreshTable(changes)
+    feed = sorted((r._commit_version, r._change_type, r.id, r.v) for r in spark.table(changes).collect())
+    assert {v for v, *_ in feed} == {1, 3}
+    assert feed == [
+        (1, "insert", 9, "z"),
+        (1, "update_postimage", 1, "b"),
+        (1, "update_preimage", 1, "a"),
+        (3, "update_postimage", 2, "c"),
+        (3, "update_preimage", 2, "a"),
+    ]
+
+
+def test_cluster_by_is_stored_and_honoured_by_later_compactions(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string, w long", [[(k, f"v{k}", 100 - k)] for k in range(4)])
+    optimize(spark, t, cluster_by=["w"])
+    entry = json.loads(open(os.path.join(table_dir(spark, t), "_rowmerge_log", f"{1:020d}.json")).read())
+    assert entry["cluster_by"] == ["w"] and entry["format"] == 3
+    # a merge carries it on; its auto-compaction sorts by it (w descends as id ascends)
+    for k in range(4, 8):
+        src = source_view(spark, f"{db}_s{k}", "id long, v string, w long", [(k, f"v{k}", 100 - k)])
+        merge(spark, t, src, UPSERT, auto_compact_min_files=2)
+    spark.catalog.refreshTable(t)
+    by_file: dict[str, list[int]] = {}
+    for r in spark.table(t).select("w", "_metadata.file_path").collect():
+        by_file.setdefault(r.file_path, []).append(r.w)
+    for ws in by_file.values():
+        assert ws == sorted(ws)
+    newest = history(spark, t)[0]
+    assert newest["operation"] == "OPTIMIZE" and newest["metrics"]["orderedBy"] == ["w"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"cluster_by": ["nope"]}, "`cluster_by` column 'nope' is not a column of"),
+        ({"cluster_by": ["day"]}, "`cluster_by` column 'day' is a partition column of"),
+        ({"cluster_by": 5}, "`cluster_by` must be a column name or a list of column names, got 5"),
+        ({"target_file_size_mb": 0}, "`target_file_size_mb` must be a number > 0, got 0"),
+        (
+            {"partition_filter": "id > 3"},
+            "`partition_filter` (id > 3) must be a condition on the partition columns",
+        ),
+        (
+            {"partition_filter": " "},
+            "`partition_filter` must be a SQL condition on partition columns, got ' '",
+        ),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything(spark, db, kwargs, message):
+    t = f"{db}.p"
+    create_table(spark, t, "id long, day string", [[(1, "a")], [(2, "a")]], partition_by=["day"])
+    before = folder_digest(table_dir(spark, t))
+    with pytest.raises(MergeSpecError) as info:
+        optimize(spark, t, **kwargs)
+    assert message in str(info.value)
+    assert folder_digest(table_dir(spark, t)) == before
+
+
+# -- auto-compaction after a merge ----------------------------------------------------------
+
+
+def _inserts(spark, db: str, t: str, n: int, first: int = 0, **extra) -> list:
+    """``n`` insert-only merges of 10 new rows each (batches ``first``.. of new keys)."""
+    out = []
+    for k in range(first, first + n):
+        src = source_view(
+            spark, f"{db}_i{k}", "id long, v string", [(1000 + k * 10 + i, "n") for i in range(10)]
+        )
+        out.append(merge(spark, t, src, UPSERT, **extra))
+    return out
+
+
+def test_auto_compaction_commits_an_optimize_version_right_after_the_merge(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(i, "a") for i in range(100)]])
+    results = _inserts(spark, db, t, 7, auto_compact_min_files=4)
+    # four files of the smallest tier merge into one, which is still in that tier (tiers are
+    # 8x steps), so it merges again with the next three
+    assert [r.metrics["compactVersion"] for r in results] == [0, 0, 4, 0, 0, 8, 0]
+    assert [r.version for r in results] == [1, 2, 3, 5, 6, 7, 9]
+    ops = [(h["version"], h["operation"], h["files_added"], h["files_removed"]) for h in history(spark, t)]
+    # every insert-only merge replaced no file; each OPTIMIZE replaced four small ones
+    assert ops == [
+        (9, "MERGE", 1, 0),
+        (8, "OPTIMIZE", 1, 4),
+        (7, "MERGE", 1, 0),
+        (6, "MERGE", 1, 0),
+        (5, "MERGE", 1, 0),
+        (4, "OPTIMIZE", 1, 4),
+        (3, "MERGE", 1, 0),
+        (2, "MERGE", 1, 0),
+        (1, "MERGE", 1, 0),
+        (0, "CONVERT", 1, 0),
+    ]
+    assert len(rows(spark, t)) == 170 and len(file_snapshot(spark, t)) == 2
+
+
+def test_auto_compact_false_and_optimize_every(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(i, "a")] for i in range(10)])
+    off = _inserts(spark, db, t, 2, auto_compact=False)
+    assert [r.metrics["compactVersion"] for r in off] == [0, 0]
+    assert len(file_snapshot(spark, t)) == 12
+    every = _inserts(spark, db, t, 3, first=2, auto_compact=False, optimize_every=4)
+    # version 3, 4 (then OPTIMIZE 5), 6
+    assert [(r.version, r.metrics["compactVersion"]) for r in every] == [(3, 0), (4, 5), (6, 0)]
+    assert len(file_snapshot(spark, t)) == 2
+
+
+def test_auto_compaction_that_fails_before_its_commit_leaves_the_merge_and_warns(
+    spark, db, monkeypatch, capsys
+):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(i, "a")] for i in range(3)])
+
+    def fail(step: str) -> None:
+        if step == "compact_staged":
+            raise OSError("disk full")
+
+    monkeypatch.setattr(faults, "fault_point", fail)
+    result = _inserts(spark, db, t, 1, auto_compact_min_files=2)[0]
+    assert (result.version, result.metrics["compactVersion"]) == (1, 0)
+    assert [h["operation"] for h in history(spark, t)] == ["MERGE", "CONVERT"]
+    assert len(rows(spark, t)) == 13 and len(file_snapshot(spark, t)) == 4
+    assert not os.listdir(os.path.join(table_dir(spark, t), "_rowmerge_log", "staging"))
+
+
+class Crash(BaseException):
+    """The process dying at a step (not an Exception: no handler turns it into a warning)."""
+
+
+OPTIMIZE_STEPS = [
+    "compact_staged",
+    "compact_entry",
+    "compact_move_0",
+    "compact_registered",
+    "compact_delete_0",
+    "compact_delete_2",
+    "compact_before_applied",
+    "compact_applied",
+]
+
+
+@pytest.mark.parametrize("step", OPTIMIZE_STEPS)
+@pytest.mark.parametrize("via", ["optimize", "merge"])
+def test_killed_at_any_step_the_table_is_exactly_before_or_after(spark, db, monkeypatch, step, via):
+    """An OPTIMIZE run on its own, or as the auto-compaction after a merge, dies at ``step``:
+    readers after recovery see exactly the rows (the merge's, if one ran), and the version is
+    committed (from compact_entry on) or absent."""
+    t = f"{db}.p"
+    create_table(
+        spark,
+        t,
+        "id long, day string",
+        [[(k * 10 + i, d) for i in range(3)] for k in range(3) for d in ("a", "b")],
+        partition_by=["day"],
+    )
+    src = source_view(spark, f"{db}_s", "id long, day string", [(100, "a"), (101, "b")])
+    expected = sorted(rows(spark, t) + ([(100, "a"), (101, "b")] if via == "merge" else []))
+
+    def die(at: str) -> None:
+        if at == step:
+            raise Crash(at)
+
+    monkeypatch.setattr(faults, "fault_point", die)
+    with pytest.raises(Crash):
+        if via == "optimize":
+            optimize(spark, t)
+        else:
+            merge(spark, t, src, UPSERT, auto_compact_min_files=3)
+    monkeypatch.undo()
+    # a reader of the catalog between the crash and recovery never misses a row
+    seen = rows(spark, t)
+    assert set(seen) == set(expected)
+    recover(spark, t)
+    assert rows(spark, t) == expected
+    ops = [h["operation"] for h in history(spark, t)]
+    committed = step != "compact_staged"
+    base = ["MERGE", "CONVERT"] if via == "merge" else ["CONVERT"]
+    assert ops == (["OPTIMIZE"] if committed else []) + base
+    assert all(h["applied"] for h in history(spark, t))
+    files = file_snapshot(spark, t)
+    # optimize packs each partition into one file; the merge's tiered compaction merges runs of
+    # three of its four files per partition
+    if via == "optimize":
+        assert len(files) == (2 if committed else 6)
+    else:
+        assert len(files) == (4 if committed else 8)
+    assert not os.listdir(os.path.join(table_dir(spark, t), "_rowmerge_log", "staging"))
+
+
+def test_a_merge_arriving_during_optimize_waits_for_the_lock(spark, db, monkeypatch):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(i, "a")] for i in range(6)])
+    entered, release = threading.Event(), threading.Event()
+
+    def pause(at: str) -> None:
+        if at == "compact_staged" and threading.current_thread().name == "optimizer":
+            entered.set()
+            release.wait(60)
+
+    monkeypatch.setattr(faults, "fault_point", pause)
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(optimize(spark, t)), name="optimizer")
+    worker.start()
+    assert entered.wait(60)
+    merged: list = []
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "b"), (7, "c")])
+    merger = threading.Thread(target=lambda: merged.append(merge(spark, t, src, UPSERT, auto_compact=False)))
+    merger.start()
+    time.sleep(2)
+    assert not merged  # waiting on the lock
+    release.set()
+    worker.join(60)
+    merger.join(120)
+    assert done[0].version == 1 and merged[0].version == 2
+    assert rows(spark, t) == [(0, "a"), (1, "b"), (2, "a"), (3, "a"), (4, "a"), (5, "a"), (7, "c")]
+
+
+def test_optimize_error_after_its_commit_point_is_committed(spark, db, monkeypatch):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(i, "a")] for i in range(3)])
+
+    def flaky(at: str) -> None:
+        if at == "compact_move_0":
+            raise OSError("the metastore went away")
+
+    monkeypatch.setattr(faults, "fault_point", flaky)
+    with pytest.raises(MergeCommittedError):
+        optimize(spark, t)
+    monkeypatch.undo()
+    recover(spark, t)
+    assert rows(spark, t) == [(0, "a"), (1, "a"), (2, "a")]
+    assert len(file_snapshot(spark, t)) == 1

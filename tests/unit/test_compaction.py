@@ -1,0 +1,102 @@
+"""The compaction planner (compaction.py): which files merge, in what groups, and how many
+files each group becomes — plain Python over a listing."""
+
+from __future__ import annotations
+
+import pytest
+
+from dbt.adapters.rowmerge.merge.compaction import (
+    DataFile,
+    bin_packed,
+    outputs,
+    partition_of,
+    summary,
+    tier,
+    tiered,
+)
+
+KB, MB = 1024, 1024 * 1024
+TARGET = 128 * MB
+
+
+def files(sizes: list[int], partition: str = "", start: int = 0) -> list[DataFile]:
+    return [
+        DataFile(f"/t/{partition}/f{start + i:04d}", s, partition, order=start + i)
+        for i, s in enumerate(sizes)
+    ]
+
+
+def test_tiers_are_eightfold_steps_of_a_2048th_of_the_target() -> None:
+    assert [tier(s, TARGET) for s in (1, 50 * KB, 512 * KB)] == [0, 0, 0]
+    assert [tier(s, TARGET) for s in (513 * KB, 4 * MB - 1, 4 * MB, 31 * MB, 32 * MB)] == [1, 1, 2, 2, 3]
+    # a tiny target scales the tiers down with it
+    assert tier(100, 10_000) == 1 and tier(30, 10_000) == 0
+
+
+def test_a_tier_merges_once_it_holds_min_files_oldest_first() -> None:
+    assert tiered(files([50 * KB] * 7), TARGET, 8, 64, 256 * MB) == []
+    found = files([50 * KB] * 11)
+    groups = tiered(found, TARGET, 8, 64, 256 * MB)
+    assert [(g.partition, [f.path for f in g.files], g.outputs) for g in groups] == [
+        ("", [f.path for f in found[:8]], 1)
+    ]
+
+
+def test_a_big_file_never_absorbs_small_ones() -> None:
+    # 7 small files and one of 6 MB: different tiers, nothing is ready
+    assert tiered(files([60 * KB] * 7 + [6 * MB]), TARGET, 8, 64, 256 * MB) == []
+    # files at half the target or more are full and never rewritten
+    assert tiered(files([64 * MB] * 9), TARGET, 8, 64, 1024 * MB) == []
+
+
+def test_smallest_tiers_go_first_and_the_budget_leaves_the_rest_for_later() -> None:
+    small = files([50 * KB] * 8, start=0)
+    middle = files([1 * MB] * 8, start=100)
+    groups = tiered(middle + small, TARGET, 8, 64, 256 * MB)
+    assert [len(g.files) for g in groups] == [8, 8]
+    assert groups[0].files == tuple(small)
+    # a file budget of 10 takes only the first group
+    assert [g.files for g in tiered(middle + small, TARGET, 8, 10, 256 * MB)] == [tuple(small)]
+    # a byte budget of 1 MB takes only the small files
+    assert [g.files for g in tiered(middle + small, TARGET, 8, 64, 1 * MB)] == [tuple(small)]
+
+
+def test_groups_never_cross_partitions() -> None:
+    a = files([50 * KB] * 5, "day=1")
+    b = files([50 * KB] * 5, "day=2", start=10)
+    assert tiered(a + b, TARGET, 8, 64, 256 * MB) == []
+    c = files([50 * KB] * 8, "day=3", start=20)
+    # runs of min_files: day=3 has two
+    groups = tiered(a + b + c, TARGET, 4, 64, 256 * MB)
+    assert [g.partition for g in groups] == ["day=1", "day=2", "day=3", "day=3"]
+
+
+def test_bin_packing_fills_bins_to_the_target_and_skips_lone_files() -> None:
+    found = files([40 * MB, 40 * MB, 40 * MB, 40 * MB, 70 * MB])
+    groups = bin_packed(found, TARGET, cluster=False)
+    # 70 MB is full (over half the target); 40+40+40 fits 128, the fourth 40 is alone: left
+    assert [[f.size for f in g.files] for g in groups] == [[40 * MB] * 3]
+
+
+def test_clustering_rewrites_a_partition_whose_key_ranges_overlap() -> None:
+    overlapping = [
+        DataFile("/t/a", 10 * MB, "", 0, (0, 100)),
+        DataFile("/t/b", 10 * MB, "", 1, (50, 150)),
+    ]
+    disjoint = [DataFile("/t/c", 70 * MB, "", 0, (0, 10)), DataFile("/t/d", 70 * MB, "", 1, (11, 20))]
+    assert [(len(g.files), g.outputs) for g in bin_packed(overlapping, 8 * MB, cluster=True)] == [(2, 3)]
+    assert bin_packed(disjoint, TARGET, cluster=True) == []
+    unknown = [DataFile("/t/e", 70 * MB, "", 0), DataFile("/t/f", 70 * MB, "", 1)]
+    assert [len(g.files) for g in bin_packed(unknown, TARGET, cluster=True)] == [2]
+
+
+@pytest.mark.parametrize("size, want", [(1, 1), (128 * MB, 1), (160 * MB, 1), (200 * MB, 2), (1024 * MB, 8)])
+def test_outputs_are_about_the_target_size(size: int, want: int) -> None:
+    assert outputs(size, TARGET) == want
+
+
+def test_partition_of_a_path_and_the_summary() -> None:
+    assert partition_of("file:/w/t/day=1/h=2/part-0.parquet", "file:/w/t") == "day=1/h=2"
+    assert partition_of("file:/w/t/part-0.parquet", "file:/w/t/") == ""
+    groups = tiered(files([50 * KB] * 8), TARGET, 8, 64, 256 * MB)
+    assert summary(groups) == {"groups": 1, "files": 8, "bytes": 400 * KB, "outputs": 1}
