@@ -73,7 +73,8 @@ bench-scale: $(STAMP)
 	$(BIN)/python benchmarks/run.py --scale --rows 10000000 --files 64
 
 # A table's life (benchmarks/aging.py): 1,000 merges in each of four shapes from 2M rows in 16
-# files, row_level_merge against delta-rs (as is, and compacted every 100 merges); several hours.
+# files, row_level_merge (defaults: auto-compaction on) against itself with auto_compact off and
+# delta-rs (as is, and compacted every 100 merges), interleaved merge by merge; several hours.
 bench-aging: $(STAMP)
 	$(BIN)/python benchmarks/aging.py --rows 2000000 --files 16 --merges 1000
 

@@ -155,10 +155,16 @@ class Decile:
 
 def data_files(paths: list[str]) -> dict[str, Any]:
     sizes = sorted(os.path.getsize(p) for p in paths)
+    small_by_folder: dict[str, int] = {}
+    for p in paths:
+        if os.path.getsize(p) < SMALL_FILE_BYTES:
+            folder = os.path.dirname(p)
+            small_by_folder[folder] = small_by_folder.get(folder, 0) + 1
     return {
         "data_files": len(sizes),
         "median_file_kb": round(statistics.median(sizes) / 1024, 1) if sizes else 0,
         "small_files": sum(1 for s in sizes if s < SMALL_FILE_BYTES),
+        "most_small_files_in_a_partition": max(small_by_folder.values(), default=0),
         "data_mb": round(sum(sizes) / 2**20, 1),
     }
 
@@ -177,6 +183,7 @@ def folder_bytes(root: Path) -> int:
 
 class RowLevelMerge:
     name = "row_level_merge"
+    upkeep: dict[str, Any] = {}  # the engine's defaults: auto-compaction on
 
     def __init__(
         self, spark: SparkSession, base: BaseTable, work: Path, table: str, folder: Path | None = None
@@ -209,6 +216,7 @@ class RowLevelMerge:
                 "source_alias": SOURCE_ALIAS,
                 "on": ON_KEY,
                 "clauses": UPSERT,
+                **self.upkeep,
             },
         )
         return dict(result.metrics)
@@ -275,7 +283,14 @@ class DeltaRsOptimized(DeltaRs):
     optimize_every = DELTA_OPTIMIZE_EVERY
 
 
-SYSTEMS = {s.name: s for s in (RowLevelMerge, DeltaRs, DeltaRsOptimized)}
+class RowLevelMergeNoCompaction(RowLevelMerge):
+    """The baseline: the same engine with auto-compaction off."""
+
+    name = "row_level_merge_no_compaction"
+    upkeep = {"auto_compact": False}
+
+
+SYSTEMS = {s.name: s for s in (RowLevelMerge, RowLevelMergeNoCompaction, DeltaRs, DeltaRsOptimized)}
 
 
 def scan_seconds(spark: SparkSession, base: BaseTable, files: list[str], root: Path) -> dict[str, float]:
@@ -379,6 +394,7 @@ def run_shape(
         if isinstance(system, RowLevelMerge):
             m = system.merge(probe, at)
             end[label]["probe_files_read"] = m.get("numTargetFilesAfterSkipping")
+    totals = {name: round(sum(seconds), 1) for name, seconds in timeline.items()}
     return {
         "shape": shape.name,
         "base_rows": base.rows,
@@ -386,8 +402,35 @@ def run_shape(
         "merges": args.merges,
         "deciles": deciles,
         "end": end,
+        "total_s": totals,
+        "checks": checks(deciles, end, totals),
         "timeline": timeline,
         "file_counts": file_counts,
+    }
+
+
+def checks(
+    deciles: dict[str, list[dict[str, Any]]], end: dict[str, Any], totals: dict[str, float]
+) -> dict[str, Any]:
+    """The issue's targets for our table, each as (measured, limit, held)."""
+    ours, base = RowLevelMerge.name, RowLevelMergeNoCompaction.name
+    if ours not in deciles or len(deciles[ours]) < 2:
+        return {}
+    first, last = deciles[ours][0], deciles[ours][-1]
+    fresh, aged = end["fresh"], end[ours]
+    out: dict[str, Any] = {
+        "last/first decile mean": (round(last["mean_s"] / first["mean_s"], 3), 1.15),
+        "last/first decile p95": (round(last["p95_s"] / first["p95_s"], 3), 1.15),
+        "data files": (aged["data_files"], 2 * fresh["data_files"] + 16),
+        "most small files in a partition": (aged["most_small_files_in_a_partition"], 32),
+        "Spark scan / fresh": (round(aged["spark_scan_s"] / fresh["spark_scan_s"], 3), 1.2),
+        "pyarrow scan / fresh": (round(aged["pyarrow_scan_s"] / fresh["pyarrow_scan_s"], 3), 1.2),
+        "probe files read": (aged.get("probe_files_read"), (fresh.get("probe_files_read") or 0) + 1),
+    }
+    if base in totals:
+        out["total time / without compaction"] = (round(totals[ours] / totals[base], 3), 1.1)
+    return {
+        k: {"measured": m, "limit": lim, "held": m is not None and m <= lim} for k, (m, lim) in out.items()
     }
 
 
@@ -421,6 +464,17 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
                 f"| {name} | {e['data_files']} | {e['median_file_kb']} | {e['spark_scan_s']} | "
                 f"{e['pyarrow_scan_s']} | {e.get('probe_files_read', '')} |"
             )
+        lines += [
+            "",
+            "| total seconds of the merges | "
+            + " | ".join(f"{n}: {s}" for n, s in r["total_s"].items())
+            + " |",
+            "",
+        ]
+        if r["checks"]:
+            lines += ["| target (row_level_merge) | measured | limit | held |", "|---|---|---|---|"]
+            for k, c in r["checks"].items():
+                lines.append(f"| {k} | {c['measured']} | {c['limit']} | {'yes' if c['held'] else 'NO'} |")
         lines.append("")
     (out / "aging.md").write_text("\n".join(lines))
     _chart(results, out / "aging.png")

@@ -24,3 +24,36 @@
   {%- endfor -%}
   {{ return(rows) }}
 {% endmacro %}
+
+
+{#-- Compact a table's small files as an OPTIMIZE version (no row changes, no change rows):
+     dbt run-operation rowmerge_optimize --args '{relation: analytics.orders, cluster_by: [order_id]}'
+     As a post-hook: post_hook="{{ rowmerge_optimize(this) }}". cluster_by defaults to the
+     model's unique_key (the model whose relation this is); pass cluster_by: [] for none. --#}
+{% macro rowmerge_optimize(relation, cluster_by=none, partition_filter=none, target_file_size_mb=none, dry_run=false) %}
+  {%- if not execute -%}{{ return('') }}{%- endif -%}
+  {%- set keys = cluster_by -%}
+  {%- if keys is none -%}
+    {%- set keys = rowmerge_model_key(relation) -%}
+  {%- elif keys is string -%}
+    {%- set keys = [keys] -%}
+  {%- endif -%}
+  {%- set done = adapter.rowmerge_optimize(relation, keys if keys else none, partition_filter, target_file_size_mb, dry_run) -%}
+  {{ log("rowmerge_optimize " ~ relation ~ ": " ~ done.message, info=True) }}
+  {#-- as a hook, renders to no SQL: the work is done --#}
+  {{ return('') }}
+{% endmacro %}
+
+
+{#-- The unique_key of the project's model whose relation is `relation` (none if it has none). --#}
+{% macro rowmerge_model_key(relation) %}
+  {%- set wanted = relation.render() if relation.render is defined else relation | string -%}
+  {%- for node in graph.nodes.values() if node.resource_type == 'model' -%}
+    {%- set rel = api.Relation.create(schema=node.schema, identifier=node.alias) -%}
+    {%- if rel.render() == wanted or node.relation_name == wanted -%}
+      {%- set key = node.config.get('unique_key') -%}
+      {{ return([key] if key is string else key) }}
+    {%- endif -%}
+  {%- endfor -%}
+  {{ return(none) }}
+{% endmacro %}

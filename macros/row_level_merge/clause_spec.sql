@@ -37,7 +37,7 @@
   {%- if cfg.get('lock_timeout_s') is not none -%}
     {%- do spec.update({'lock_timeout_s': cfg.get('lock_timeout_s')}) -%}
   {%- endif -%}
-  {%- for key in ['allow_empty_source', 'max_delete_fraction'] -%}
+  {%- for key in adapter.rowmerge_defaults().spec_keys -%}
     {%- if cfg.get(key) is not none -%}
       {%- do spec.update({key: cfg.get(key)}) -%}
     {%- endif -%}

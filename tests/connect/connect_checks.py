@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeSpecError, faults, recover
+from dbt.adapters.rowmerge.merge import (
+    CardinalityViolation,
+    MergeSpecError,
+    faults,
+    history,
+    optimize,
+    recover,
+)
 from dbt.adapters.rowmerge.merge.errors import UnsupportedTableError
 from dbt.adapters.rowmerge.merge.storage import is_connect, storage_for
 from dbt.adapters.rowmerge.merge.storage_arrow import ArrowStorage
@@ -157,3 +164,18 @@ def test_crash_after_the_commit_point_rolls_forward(remote, rdb, t, monkeypatch)
     monkeypatch.undo()
     assert recover(remote, t).rolled_forward == [1]
     assert rows(remote, t) == [(1, "A"), (2, "b"), (3, "c"), (4, "d"), (9, "z")]
+
+
+def test_optimize_and_auto_compaction(remote, rdb, t):
+    """OPTIMIZE over Connect (the pyarrow storage): cluster_by, then auto-compaction after
+    merges, and a crash inside a compaction finished by recovery."""
+    result = optimize(remote, t, cluster_by=["id"])
+    assert (result.version, result.files_removed, result.files_added) == (1, 3, 1)
+    assert len(file_snapshot(remote, t)) == 1
+    for k in range(3):
+        src = source_view(remote, f"{rdb}_i{k}", "id long, v string", [(10 + k, "n")])
+        merged = merge(remote, t, src, UPSERT, auto_compact_min_files=2)
+        # the optimized file and the merge's new one are two files of the smallest tier
+        assert merged.metrics["compactVersion"] == merged.version + 1
+    assert rows(remote, t) == [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (10, "n"), (11, "n"), (12, "n")]
+    assert [h["operation"] for h in history(remote, t)][:3] == ["OPTIMIZE", "MERGE", "OPTIMIZE"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,24 @@ def create_target(spark: SparkSession, case: Case, name: str, location: str) -> 
         spark.sql(f"ALTER TABLE {name} RECOVER PARTITIONS")
 
 
+# Every merge is followed by compaction (optimize.py) with a 1 MB target, so it happens in most
+# cases (any partition left with two files or more): half the cases by the tiered step after
+# each merge (runs of two files of a tier), half by a full optimize after every version. The
+# compaction changes files, never rows, so the rows and the feed must still equal the oracle's.
+COMPACTION = (
+    {"target_file_size_mb": 1, "auto_compact_min_files": 2},
+    {"target_file_size_mb": 1, "auto_compact": False, "optimize_every": 1},
+)
+# Cases whose merge was followed by an OPTIMIZE version (see compaction_share).
+COMPACTED: list[str] = []
+MERGED: list[str] = []
+
+
+def compaction_for(tag: str) -> dict[str, Any]:
+    """The upkeep keys of the case tagged ``tag`` (by a hash of it: the generator's draws stay)."""
+    return COMPACTION[zlib.crc32(tag.encode()) % len(COMPACTION)]
+
+
 def run_engine(spark: SparkSession, case: Case, db: str, tag: str) -> Outcome:
     """Run ``case`` with the engine on fresh tables ``{db}.{tag}`` and read the result back."""
     target, source, changes = f"{db}.{tag}", f"{db}_{tag}_src", f"{db}.{tag}__changes"
@@ -79,7 +98,10 @@ def run_engine(spark: SparkSession, case: Case, db: str, tag: str) -> Outcome:
     spark.createDataFrame(list(case.source_rows), _ddl(case.source_schema)).createOrReplaceTempView(source)
     error, detail = None, ""
     try:
-        run_merge(spark, case.spec(target, source, changes))
+        result = run_merge(spark, {**case.spec(target, source, changes), **compaction_for(tag)})
+        MERGED.append(tag)
+        if result.metrics.get("compactVersion"):
+            COMPACTED.append(tag)
     except CardinalityViolation as exc:
         error, detail = "cardinality", str(exc)
     except MergeSpecError as exc:

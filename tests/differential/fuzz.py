@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import spark_conf
 from tests.differential.cases import Case, Outcome
-from tests.differential.compare import check, reproduction
+from tests.differential.compare import COMPACTED, MERGED, check, reproduction
 from tests.differential.generator import generate
 from tests.differential.oracle import OracleError
 from tests.differential.test_differential import case_rng
@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     mismatched.sort()
     print(
         f"fuzz seed={args.seed} start={args.start} n={args.n}: {len(mismatched)} mismatched "
-        f"{mismatched[:20]}; outcomes {outcome}; {elapsed:.0f}s"
+        f"{mismatched[:20]}; outcomes {outcome}; compacted after {len(COMPACTED)} of "
+        f"{len(MERGED)} merges; {elapsed:.0f}s"
     )
     return 1 if mismatched or counts["oracle_error"] else 0
 

@@ -254,14 +254,15 @@ class Expected:
     post: State
 
 
-def expected_states(spark: SparkSession, db: str, shape: Shape) -> Expected:
-    """Before and after the shape's merge, from an uninterrupted run on a twin table."""
+def expected_states(spark: SparkSession, db: str, shape: Shape, **extra: Any) -> Expected:
+    """Before and after the shape's merge, from an uninterrupted run on a twin table
+    (``extra``: more spec keys)."""
     twin = create_target(spark, f"{db}.ref_{shape.name}", shape)
     pre = observe(spark, twin, shape)
     spark.createDataFrame(shape.source_rows, shape.source_ddl).createOrReplaceTempView(
         f"ref_src_{shape.name}"
     )
-    run_merge(spark, spec(shape, twin, f"ref_src_{shape.name}"))
+    run_merge(spark, spec(shape, twin, f"ref_src_{shape.name}", **extra))
     post = observe(spark, twin, shape)
     assert pre.consistent() and post.consistent() and pre != post
     return Expected(pre, post)
@@ -399,15 +400,44 @@ def long_campaign() -> bool:
     return os.environ.get(LONG_ENV) == "1"
 
 
+REPEATED = ("move_", "delete_", "compact_move_", "compact_delete_")  # one step per file
+
+
 def crash_steps(steps: list[str]) -> list[str]:
-    """The steps a fault-injection campaign crashes after (see LONG_ENV)."""
+    """The steps a fault-injection campaign crashes after (see LONG_ENV): every step, or in
+    the sampled campaign the first and last of each run of per-file steps."""
     if long_campaign():
         return steps
+
+    def run(step: str) -> str | None:
+        for prefix in sorted(REPEATED, key=len, reverse=True):
+            if step.startswith(prefix) and step[len(prefix) :].isdigit():
+                return prefix
+        return None
+
     keep = []
-    for prefix in ("move_", "delete_"):
-        alike = [s for s in steps if s.startswith(prefix)]
+    for prefix in REPEATED:
+        alike = [s for s in steps if run(s) == prefix]
         keep += alike[:1] + alike[-1:]
-    return [s for s in steps if not s.startswith(("move_", "delete_")) or s in keep]
+    return [s for s in steps if run(s) is None or s in keep]
+
+
+def commit_steps(steps: list[str], prefix: str = "") -> list[str]:
+    """The steps of one commit from its entry on, as ``Journal.apply`` names them."""
+    moves = [s for s in steps if s.startswith(f"{prefix}move_") and s[len(prefix) + 5 :].isdigit()]
+    deletes = [s for s in steps if s.startswith(f"{prefix}delete_") and s[len(prefix) + 7 :].isdigit()]
+    return [
+        f"{prefix}entry",
+        *moves,
+        f"{prefix}registered",
+        *deletes,
+        f"{prefix}before_applied",
+        f"{prefix}applied",
+    ]
+
+
+# Auto-compaction after the merge (optimize.py): its own commit, its steps prefixed.
+COMPACTION_STAGED = "compact_staged"
 
 
 def run_fault_injection(
@@ -417,6 +447,7 @@ def run_fault_injection(
     java_opts: str,
     shape: Shape,
     victim_master: str | None = None,
+    compaction: bool = False,
 ) -> dict[str, int]:
     """Kill a victim after every step of the commit protocol in turn; check each recovery.
 
@@ -424,28 +455,32 @@ def run_fault_injection(
     Victims use the storage of ``spark.rowmerge.storage`` in the test's session (Hadoop's
     unless a test sets it), so do the recoveries. ``victim_master``: where the victims run
     their jobs (a standalone cluster's ``spark://`` URL; their own ``local[1]`` if None).
+    ``compaction``: the merge is followed by an auto-compaction (tiny tiers), whose steps are
+    crashed after too: from its staging on, the merge is committed, so the table must be the
+    post-merge state (the compaction changes files, not rows).
     """
+    extra: dict[str, Any] = {"auto_compact_min_files": 2} if compaction else {"auto_compact": False}
     setup = {STORAGE_ENV: str(spark.conf.get(STORAGE_CONF, "auto"))}
     if victim_master:
         setup[MASTER_ENV] = victim_master
 
-    expected = expected_states(spark, db, shape)
+    expected = expected_states(spark, db, shape, **extra)
 
     # The uninterrupted run: it must reach the post state, and it names every step.
     table = create_target(spark, f"{db}.{shape.name}_trace", shape)
     trace = tmp_path / "trace.txt"
     proc = run_victim(
-        write_job(tmp_path / "trace.json", job(shape, table, tmp_path)),
+        write_job(tmp_path / "trace.json", job(shape, table, tmp_path, **extra)),
         victim_env(java_opts, ROWMERGE_FAULT_TRACE=str(trace), **setup),
     )
     assert proc.returncode == 0 and (result_line(proc.stdout) or {}).get("ok"), proc.stderr[-3000:]
     steps = trace.read_text().split()
-    moves = [s for s in steps if s.startswith("move_")]
-    deletes = [s for s in steps if s.startswith("delete_")]
-    assert steps == [*BEFORE_COMMIT, "entry", *moves, "registered", *deletes, "before_applied", "applied"], (
-        steps
-    )
-    assert len(moves) >= 2 and deletes, steps
+    merge_steps = [*BEFORE_COMMIT, *commit_steps(steps)]
+    compact_steps = [COMPACTION_STAGED, *commit_steps(steps, "compact_")] if compaction else []
+    assert steps == merge_steps + compact_steps, steps
+    assert sum(s.startswith("move_") for s in steps) >= 2 and any(s.startswith("delete_") for s in steps)
+    if compaction:
+        assert sum(s.startswith("compact_delete_") for s in steps) >= 2, steps
     clean = recover_and_observe(spark, table, shape, Outcome(0, proc.stdout, proc.stderr, False, False))
     assert clean.state == expected.post
 
@@ -455,7 +490,9 @@ def run_fault_injection(
     for i, step in enumerate(steps):
         table = tables[i]
         victim = subprocess.Popen(
-            victim_command("once", write_job(tmp_path / f"job_{i}.json", job(shape, table, tmp_path))),
+            victim_command(
+                "once", write_job(tmp_path / f"job_{i}.json", job(shape, table, tmp_path, **extra))
+            ),
             cwd=REPO,
             env=victim_env(java_opts, ROWMERGE_FAULT_AFTER=step, **setup),
             stdout=subprocess.PIPE,
@@ -478,16 +515,24 @@ def run_fault_injection(
         assert outcome.state == want, (
             f"after a crash at step {step!r} the table is not the {which}-merge state"
         )
-        assert outcome.recovered == ([] if step in (*BEFORE_COMMIT, "applied") else [1]), step
+        if step in compact_steps:
+            # the merge (version 1) was applied; the compaction (2) is finished if committed
+            done = step in (COMPACTION_STAGED, "compact_applied")
+            assert outcome.recovered == ([] if done else [2]), step
+        else:
+            assert outcome.recovered == ([] if step in (*BEFORE_COMMIT, "applied") else [1]), step
+    name = f"{shape.name}_compacted" if compaction else shape.name
     return {
         "fault_trials": len(steps),
-        f"fault_trials_{shape.name}": len(steps),
+        f"fault_trials_{name}": len(steps),
         "rows_lost": lost,
         "rows_duplicated": duplicated,
     }
 
 
-def fault_injection_test(shape_name: str, storage: str = "hadoop") -> Callable[..., None]:
+def fault_injection_test(
+    shape_name: str, storage: str = "hadoop", compaction: bool = False
+) -> Callable[..., None]:
     """The test of one shape; each shape's test sits in its own module so xdist runs them side by side.
 
     ``storage``: the engine's storage in the victims and for the recoveries (``arrow``: the
@@ -497,14 +542,17 @@ def fault_injection_test(shape_name: str, storage: str = "hadoop") -> Callable[.
     def test(spark: SparkSession, rdb: str, tmp_path: Path, java_opts: str, record_property: Any) -> None:
         spark.conf.set(STORAGE_CONF, storage)
         try:
-            counts = run_fault_injection(spark, rdb, tmp_path, java_opts, SHAPES[shape_name])
+            counts = run_fault_injection(
+                spark, rdb, tmp_path, java_opts, SHAPES[shape_name], compaction=compaction
+            )
         finally:
             spark.conf.unset(STORAGE_CONF)
         record_property("reliability", {**counts, f"fault_trials_{storage}_storage": counts["fault_trials"]})
         assert (counts["rows_lost"], counts["rows_duplicated"]) == (0, 0)
 
     suffix = "" if storage == "hadoop" else f"_on_{storage}_storage"
-    test.__name__ = f"test_fault_injection_{shape_name}_every_commit_step{suffix}"
+    then = "_and_its_compaction" if compaction else ""
+    test.__name__ = f"test_fault_injection_{shape_name}{then}_every_commit_step{suffix}"
     return test
 
 

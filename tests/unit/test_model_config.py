@@ -135,6 +135,9 @@ def test_error_message_formats() -> None:
         ("not_matched_by_source_actions", "not_matched_by_source_action"),
         ("lock_timeout", "lock_timeout_s"),
         ("allow_empty_sources", "allow_empty_source"),
+        ("target_file_size", "target_file_size_mb"),
+        ("auto_compaction", "auto_compact"),
+        ("optimise_every", "optimize_every"),
     ],
 )
 def test_a_key_that_looks_like_ours_fails_with_did_you_mean(typo: str, meant: str) -> None:

@@ -183,9 +183,11 @@ def test_parse_spec_collects_every_problem_at_once() -> None:
     raw = spec(version=2, target="", clauses=[], extra=1, skip_unchanged_updates="yes")
     problems = problems_of(raw)
     assert problems == [
-        "unknown spec key(s) extra; expected some of allow_empty_source, change_data_feed, clauses, "
-        "constraints, lock_timeout_s, max_delete_fraction, on, on_origin, schema_evolution, "
-        "skip_unchanged_updates, source, source_alias, target, target_alias, version",
+        "unknown spec key(s) extra; expected some of allow_empty_source, auto_compact, "
+        "auto_compact_max_files, auto_compact_max_mb, auto_compact_min_files, change_data_feed, "
+        "clauses, cluster_by, constraints, lock_timeout_s, max_delete_fraction, on, on_origin, "
+        "optimize_every, schema_evolution, skip_unchanged_updates, source, source_alias, target, "
+        "target_alias, target_file_size_mb, version",
         "`version` must be 1, got 2",
         "`target` is required and must be a non-empty string",
         "`skip_unchanged_updates` must be true or false, got 'yes'",
@@ -336,3 +338,48 @@ def test_max_delete_fraction() -> None:
         assert problems_of(spec(max_delete_fraction=bad)) == [
             f"`max_delete_fraction` must be a number from 0 to 1 (0.1: at most 10% of the rows), got {bad!r}"
         ], bad
+
+
+def test_upkeep_defaults_and_values() -> None:
+    from dbt.adapters.rowmerge.merge.spec import Upkeep
+
+    assert parse_spec(spec()).upkeep == Upkeep()
+    assert Upkeep().target_bytes == 128 * 1024 * 1024 and Upkeep().auto_compact is True
+    parsed = parse_spec(
+        spec(
+            auto_compact=False,
+            target_file_size_mb=0.5,
+            cluster_by="id",
+            optimize_every=24,
+            auto_compact_min_files=4,
+            auto_compact_max_files=10,
+            auto_compact_max_mb=64,
+        )
+    ).upkeep
+    assert parsed == Upkeep(False, 0.5, ("id",), 24, 4, 10, 64.0)
+    assert parse_spec(spec(cluster_by=[" a ", "b"])).upkeep.cluster_by == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    "key, value, problem",
+    [
+        ("auto_compact", "yes", "`auto_compact` must be true or false, got 'yes'"),
+        ("target_file_size_mb", 0, "`target_file_size_mb` must be a number > 0, got 0"),
+        ("target_file_size_mb", float("inf"), "`target_file_size_mb` must be a number > 0, got inf"),
+        ("target_file_size_mb", True, "`target_file_size_mb` must be a number > 0, got True"),
+        ("optimize_every", 0, "`optimize_every` must be a whole number >= 1, got 0"),
+        ("optimize_every", 2.5, "`optimize_every` must be a whole number >= 1, got 2.5"),
+        ("auto_compact_min_files", 1, "`auto_compact_min_files` must be a whole number >= 2, got 1"),
+        ("auto_compact_max_files", "9", "`auto_compact_max_files` must be a whole number >= 2, got '9'"),
+        ("auto_compact_max_mb", -1, "`auto_compact_max_mb` must be a number > 0, got -1"),
+        ("cluster_by", 3, "`cluster_by` must be a column name or a list of column names, got 3"),
+        (
+            "cluster_by",
+            ["a", ""],
+            "`cluster_by` must be a column name or a list of column names, got ['a', '']",
+        ),
+        ("cluster_by", ["a", "A"], "`cluster_by` names a column twice: ['a', 'A']"),
+    ],
+)
+def test_upkeep_problems_name_the_key(key: str, value: Any, problem: str) -> None:
+    assert problems_of(spec(**{key: value})) == [problem]

@@ -112,7 +112,7 @@ class RowMergeAdapter(SparkAdapter):
     @available
     def rowmerge_defaults(self) -> dict[str, Any]:
         """Defaults the compiling macros need (aliases, change-table suffix, spec version)."""
-        return dict(model_config.DEFAULTS)
+        return {**model_config.DEFAULTS, "spec_keys": list(model_config.SPEC_KEYS)}
 
     @available
     def rowmerge_config_error(
@@ -257,6 +257,30 @@ class RowMergeAdapter(SparkAdapter):
             "rolled_back": done.rolled_back,
             "message": done.describe(),
         }
+
+    @available
+    def rowmerge_optimize(
+        self,
+        relation: Any,
+        cluster_by: Any = None,
+        partition_filter: str | None = None,
+        target_file_size_mb: float | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Compact the table's small files as an OPTIMIZE version (merge.optimize)."""
+        name = relation.render() if hasattr(relation, "render") else str(relation)
+        done = self._engine(
+            lambda spark: merge.optimize(
+                spark,
+                name,
+                partition_filter=partition_filter,
+                cluster_by=cluster_by,
+                target_file_size_mb=target_file_size_mb,
+                dry_run=bool(dry_run),
+            ),
+            name,
+        )
+        return {**done.as_dict(), "message": done.summary()}
 
     @available
     def rowmerge_rebind(self, relation: str) -> dict[str, Any]:

@@ -85,6 +85,14 @@ SPEC_KEYS = (
     "lock_timeout_s",
     "allow_empty_source",
     "max_delete_fraction",
+    # table upkeep (optimize.py): compaction after each merge, and the table's clustering
+    "auto_compact",
+    "target_file_size_mb",
+    "cluster_by",
+    "optimize_every",
+    "auto_compact_min_files",
+    "auto_compact_max_files",
+    "auto_compact_max_mb",
 )
 # dbt's and dbt-spark's own config keys: never taken for a misspelling of ours.
 DBT_KEYS = frozenset(

@@ -1,0 +1,128 @@
+"""Compaction from dbt: auto-compaction after a model's merge (an OPTIMIZE version right after
+it), `dbt run-operation rowmerge_optimize` (cluster_by defaulting to the model's unique_key),
+the post-hook form, and bad upkeep config refused before anything runs."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
+
+from tests.functional.helpers import incremental_model, metrics, ok, rows, run_step, table, values
+
+STEP1 = values("id, name", "(1, 'a')", "(2, 'b')")
+STEP2 = values("id, name", "(3, 'c')")
+STEP3 = values("id, name", "(4, 'd')")
+
+
+def _history(project, name: str) -> list[tuple[int, str, int, int]]:
+    _, output = run_dbt_and_capture(
+        ["run-operation", "rowmerge_history", "--args", f"{{relation: {table(project, name)}}}"]
+    )
+    out = []
+    for line in output.splitlines():
+        found = re.search(r"(\d+) \| \S+ \| ([A-Z ]+) \| \d+ \| \d+ \| \d+ \| (\d+) \| (\d+)$", line)
+        if found:
+            out.append((int(found[1]), found[2], int(found[3]), int(found[4])))
+    return out
+
+
+def _data_files(project, name: str) -> int:
+    """Visible data files in the table's folder (the journal's folder aside)."""
+    return sum(
+        len([f for f in files if not f.startswith(("_", "."))])
+        for folder, _, files in os.walk(_folder(project, name))
+        if "_rowmerge_log" not in folder
+    )
+
+
+def _folder(project, name: str) -> str:
+    described = project.run_sql(f"describe table extended {table(project, name)}", fetch="all")
+    return [r[1] for r in described if r[0] == "Location"][0].removeprefix("file:")
+
+
+class TestAutoCompaction:
+    def test_a_merge_is_followed_by_an_optimize_version(self, project):
+        config = "unique_key='id', auto_compact_min_files=2"
+        write_file(
+            incremental_model(config, STEP1, STEP2, STEP3), project.project_root, "models", "orders.sql"
+        )
+        ok(run_step(1), "orders")
+        merged = ok(run_step(2), "orders")
+        assert metrics(merged)["compactVersion"] == 2
+        assert _history(project, "orders") == [
+            (2, "OPTIMIZE", 1, 2),
+            (1, "MERGE", 1, 0),
+            (0, "CREATE TABLE", 1, 0),
+        ]
+        assert _data_files(project, "orders") == 1
+        assert rows(project, "orders") == [(1, "a"), (2, "b"), (3, "c")]
+
+
+class TestOptimizeOperation:
+    def test_run_operation_clusters_by_the_models_unique_key(self, project):
+        config = "unique_key='id', auto_compact=false"
+        write_file(
+            incremental_model(config, STEP1, STEP2, STEP3), project.project_root, "models", "orders.sql"
+        )
+        ok(run_step(1), "orders")
+        ok(run_step(2), "orders")
+        ok(run_step(3), "orders")
+        relation = table(project, "orders")
+        _, dry = run_dbt_and_capture(
+            ["run-operation", "rowmerge_optimize", "--args", f"{{relation: {relation}, dry_run: true}}"]
+        )
+        assert f"rowmerge_optimize {relation}: {relation}: would rewrite 3 of 3 file(s)" in dry
+        assert _history(project, "orders")[0][1] == "MERGE"
+        _, output = run_dbt_and_capture(
+            ["run-operation", "rowmerge_optimize", "--args", f"{{relation: {relation}}}"]
+        )
+        assert f"rowmerge_optimize {relation}: {relation}: rewrote 3 of 3 file(s)" in output
+        assert "(version 3)" in output
+        assert _history(project, "orders")[0] == (3, "OPTIMIZE", 1, 3)
+        assert _data_files(project, "orders") == 1
+        assert rows(project, "orders") == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+        # stored with the table: the model's unique_key became its clustering
+        log = os.path.join(_folder(project, "orders"), "_rowmerge_log", f"{3:020d}.json")
+        assert '"cluster_by": [\n  "id"\n ]' in open(log).read()
+
+
+class TestOptimizePostHook:
+    def test_post_hook_optimizes_after_every_run(self, project):
+        config = "unique_key='id', auto_compact=false, post_hook=\"{{ rowmerge_optimize(this) }}\""
+        write_file(
+            incremental_model(config, STEP1, STEP2, STEP3), project.project_root, "models", "orders.sql"
+        )
+        ok(run_step(1), "orders")
+        ok(run_step(2), "orders")
+        assert [h[1] for h in _history(project, "orders")] == ["OPTIMIZE", "MERGE", "CREATE TABLE"]
+        assert _data_files(project, "orders") == 1
+
+
+class TestBadUpkeepConfig:
+    @pytest.mark.parametrize(
+        "bad, message",
+        [
+            ("target_file_size_mb=-1", "`target_file_size_mb` must be a number > 0, got -1"),
+            ("auto_compact='yes'", "`auto_compact` must be true or false, got 'yes'"),
+            ("optimize_every=0", "`optimize_every` must be a whole number >= 1, got 0"),
+            ("cluster_by='nope'", "`cluster_by` column 'nope' is not a column of"),
+        ],
+    )
+    def test_refused_naming_the_key_and_table_unchanged(self, project, bad, message):
+        write_file(
+            incremental_model("unique_key='id'", STEP1, STEP2), project.project_root, "models", "orders.sql"
+        )
+        ok(run_step(1), "orders")
+        write_file(
+            incremental_model("unique_key='id', " + bad, STEP1, STEP2),
+            project.project_root,
+            "models",
+            "orders.sql",
+        )
+        failed = run_dbt(["run", "--vars", "{step: 2}"], expect_pass=False)
+        assert message in re.sub(r"\s+", " ", str(failed[0].message))
+        assert rows(project, "orders") == [(1, "a"), (2, "b")]
+        assert [h[1] for h in _history(project, "orders")] == ["CREATE TABLE"]
