@@ -47,7 +47,8 @@ ARROW_TYPES = {
 
 
 def create_target(spark: SparkSession, case: Case, name: str, location: str) -> None:
-    """The target at ``location``: one Parquet file per entry of ``case.target_files`` (per partition).
+    """The target at ``location``: two Parquet files per entry of ``case.target_files`` (per
+    partition; one if it holds one row).
 
     The files are written by pyarrow, as another engine sharing the table would write them,
     and the table is declared over them: one catalog call instead of one Spark job per file.
@@ -64,8 +65,15 @@ def create_target(spark: SparkSession, case: Case, name: str, location: str) -> 
         for values, members in groups.items():
             folder = root.joinpath(*[f"{p}={v}" for p, v in zip(case.partition_by, values, strict=True)])
             folder.mkdir(parents=True, exist_ok=True)
-            columns = [pa.array([r[i] for r in members], type=schema.field(c).type) for i, c, _ in data]
-            pq.write_table(pa.Table.from_arrays(columns, schema=schema), folder / f"part-{n:05d}.parquet")
+            # Each listed file lands as two files (a half of its rows each, in order), so most
+            # partitions hold several small files after the merge and compaction has work.
+            half = (len(members) + 1) // 2
+            for part, chunk in enumerate((members[:half], members[half:])):
+                if not chunk:
+                    continue
+                columns = [pa.array([r[i] for r in chunk], type=schema.field(c).type) for i, c, _ in data]
+                table = pa.Table.from_arrays(columns, schema=schema)
+                pq.write_table(table, folder / f"part-{n:05d}-{part}.parquet")
     partitioned = f" PARTITIONED BY ({', '.join(f'`{p}`' for p in case.partition_by)})" if parts else ""
     ddl = _ddl(case.target_schema)
     spark.sql(f"CREATE TABLE {name} ({ddl}) USING parquet{partitioned} LOCATION '{root}'")
@@ -81,7 +89,8 @@ COMPACTION = (
     {"target_file_size_mb": 1, "auto_compact_min_files": 2},
     {"target_file_size_mb": 1, "auto_compact": False, "optimize_every": 1},
 )
-# Cases whose merge was followed by an OPTIMIZE version (see compaction_share).
+# Cases whose merge committed a version, and those where an OPTIMIZE version followed it.
+RAN: list[str] = []
 COMPACTED: list[str] = []
 MERGED: list[str] = []
 
@@ -97,9 +106,11 @@ def run_engine(spark: SparkSession, case: Case, db: str, tag: str) -> Outcome:
     create_target(spark, case, target, f"{database_folder(spark, db)}/{tag}")
     spark.createDataFrame(list(case.source_rows), _ddl(case.source_schema)).createOrReplaceTempView(source)
     error, detail = None, ""
+    RAN.append(tag)
     try:
         result = run_merge(spark, {**case.spec(target, source, changes), **compaction_for(tag)})
-        MERGED.append(tag)
+        if result.version >= 1:  # committed a version (a merge that changes nothing does not)
+            MERGED.append(tag)
         if result.metrics.get("compactVersion"):
             COMPACTED.append(tag)
     except CardinalityViolation as exc:

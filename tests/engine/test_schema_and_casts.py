@@ -7,8 +7,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
-from dbt.adapters.rowmerge.merge import ConcurrentMergeError, MergeSpecError, history, run_merge
-from dbt.adapters.rowmerge.merge import run as run_module
+from dbt.adapters.rowmerge.merge import ConcurrentMergeError, MergeSpecError, faults, history, run_merge
 from dbt.adapters.rowmerge.merge.errors import CastError
 from dbt.adapters.rowmerge.merge.outputs import checked_cast
 from tests.engine.helpers import (
@@ -283,7 +282,7 @@ def test_schema_column_added_while_the_merge_runs_aborts_it(spark, db, monkeypat
         if step == "staged_data":  # another session alters the table while files are staged
             spark.newSession().sql(f"ALTER TABLE {t} ADD COLUMNS (x string)")
 
-    monkeypatch.setattr(run_module, "fault_point", add_column)
+    monkeypatch.setattr(faults, "fault_point", add_column)
     before = file_snapshot(spark, t)
     with pytest.raises(ConcurrentMergeError) as info:
         merge(spark, t, src, [{"when": "matched", "action": "update", "set": {"v": "s.v"}}])

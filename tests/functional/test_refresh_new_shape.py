@@ -105,13 +105,13 @@ class TestRefreshWithANewShape:
         self, project, timeline, spark, monkeypatch
     ):
         victim = table(project, "victim")
-        import dbt.adapters.rowmerge.merge.reshape as reshape_module
+        from dbt.adapters.rowmerge.merge import faults
 
         def die(step: str) -> None:
             if step == "reshape_dropped":
                 raise SystemExit("killed")
 
-        monkeypatch.setattr(reshape_module, "fault_point", die)
+        monkeypatch.setattr(faults, "fault_point", die)
         new = spark.sql(SQL[3].replace("/*+ REPARTITION(1) */ ", ""))
         with pytest.raises(SystemExit):
             replace_table(spark, victim, new, partition_by=["region"], change_data_feed=f"{victim}__changes")
