@@ -29,7 +29,8 @@
 {#-- Compact a table's small files as an OPTIMIZE version (no row changes, no change rows):
      dbt run-operation rowmerge_optimize --args '{relation: analytics.orders, cluster_by: [order_id]}'
      As a post-hook: post_hook="{{ rowmerge_optimize(this) }}". cluster_by defaults to the
-     model's unique_key (the model whose relation this is); pass cluster_by: [] for none. --#}
+     model's unique_key (the model whose relation this is), else the table's stored clustering;
+     cluster_by: [] packs files without ordering rows and clears the stored clustering. --#}
 {% macro rowmerge_optimize(relation, cluster_by=none, partition_filter=none, target_file_size_mb=none, dry_run=false) %}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
   {%- set keys = cluster_by -%}
@@ -38,7 +39,7 @@
   {%- elif keys is string -%}
     {%- set keys = [keys] -%}
   {%- endif -%}
-  {%- set done = adapter.rowmerge_optimize(relation, keys if keys else none, partition_filter, target_file_size_mb, dry_run) -%}
+  {%- set done = adapter.rowmerge_optimize(relation, keys, partition_filter, target_file_size_mb, dry_run) -%}
   {{ log("rowmerge_optimize " ~ relation ~ ": " ~ done.message, info=True) }}
   {#-- as a hook, renders to no SQL: the work is done --#}
   {{ return('') }}
