@@ -223,19 +223,20 @@ def test_auto_compaction_commits_an_optimize_version_right_after_the_merge(spark
     t = f"{db}.t"
     create_table(spark, t, "id long, v string", [[(i, "a") for i in range(100)]])
     results = _inserts(spark, db, t, 7, auto_compact_min_files=4)
-    # four files of the smallest tier merge into one, which is still in that tier (tiers are
-    # 8x steps), so it merges again with the next three
-    assert [r.metrics["compactVersion"] for r in results] == [0, 0, 4, 0, 0, 8, 0]
-    assert [r.version for r in results] == [1, 2, 3, 5, 6, 7, 9]
+    # the table's own file (version 0) is left alone; four files the merges wrote merge into
+    # one, which is still in the smallest tier (tiers are 8x steps), so it merges again with the
+    # next three
+    assert [r.metrics["compactVersion"] for r in results] == [0, 0, 0, 5, 0, 0, 9]
+    assert [r.version for r in results] == [1, 2, 3, 4, 6, 7, 8]
     ops = [(h["version"], h["operation"], h["files_added"], h["files_removed"]) for h in history(spark, t)]
     # every insert-only merge replaced no file; each OPTIMIZE replaced four small ones
     assert ops == [
-        (9, "MERGE", 1, 0),
-        (8, "OPTIMIZE", 1, 4),
+        (9, "OPTIMIZE", 1, 4),
+        (8, "MERGE", 1, 0),
         (7, "MERGE", 1, 0),
         (6, "MERGE", 1, 0),
-        (5, "MERGE", 1, 0),
-        (4, "OPTIMIZE", 1, 4),
+        (5, "OPTIMIZE", 1, 4),
+        (4, "MERGE", 1, 0),
         (3, "MERGE", 1, 0),
         (2, "MERGE", 1, 0),
         (1, "MERGE", 1, 0),
@@ -267,10 +268,11 @@ def test_auto_compaction_that_fails_before_its_commit_leaves_the_merge_and_warns
             raise OSError("disk full")
 
     monkeypatch.setattr(faults, "fault_point", fail)
-    result = _inserts(spark, db, t, 1, auto_compact_min_files=2)[0]
-    assert (result.version, result.metrics["compactVersion"]) == (1, 0)
-    assert [h["operation"] for h in history(spark, t)] == ["MERGE", "CONVERT"]
-    assert len(rows(spark, t)) == 13 and len(file_snapshot(spark, t)) == 4
+    # the second merge leaves two files merges wrote: its compaction is tried, and fails
+    results = _inserts(spark, db, t, 2, auto_compact_min_files=2)
+    assert [(r.version, r.metrics["compactVersion"]) for r in results] == [(1, 0), (2, 0)]
+    assert [h["operation"] for h in history(spark, t)] == ["MERGE", "MERGE", "CONVERT"]
+    assert len(rows(spark, t)) == 23 and len(file_snapshot(spark, t)) == 5
     assert not os.listdir(os.path.join(table_dir(spark, t), "_rowmerge_log", "staging"))
 
 
@@ -304,6 +306,12 @@ def test_killed_at_any_step_the_table_is_exactly_before_or_after(spark, db, monk
         [[(k * 10 + i, d) for i in range(3)] for k in range(3) for d in ("a", "b")],
         partition_by=["day"],
     )
+    if via == "merge":
+        # two earlier merges leave files merges wrote in each partition (version 0's are
+        # never auto-compacted): with the crashing merge's, three per partition compact
+        for k in (200, 300):
+            earlier = source_view(spark, f"{db}_e{k}", "id long, day string", [(k, "a"), (k + 1, "b")])
+            merge(spark, t, earlier, UPSERT, auto_compact=False)
     src = source_view(spark, f"{db}_s", "id long, day string", [(100, "a"), (101, "b")])
     expected = sorted(rows(spark, t) + ([(100, "a"), (101, "b")] if via == "merge" else []))
 
@@ -325,16 +333,16 @@ def test_killed_at_any_step_the_table_is_exactly_before_or_after(spark, db, monk
     assert rows(spark, t) == expected
     ops = [h["operation"] for h in history(spark, t)]
     committed = step != "compact_staged"
-    base = ["MERGE", "CONVERT"] if via == "merge" else ["CONVERT"]
+    base = ["MERGE"] * 3 + ["CONVERT"] if via == "merge" else ["CONVERT"]
     assert ops == (["OPTIMIZE"] if committed else []) + base
     assert all(h["applied"] for h in history(spark, t))
     files = file_snapshot(spark, t)
-    # optimize packs each partition into one file; the merge's tiered compaction merges runs of
-    # three of its four files per partition
+    # optimize packs each partition into one file; the merge's tiered compaction merges the
+    # three files merges wrote in each partition, beside version 0's three
     if via == "optimize":
         assert len(files) == (2 if committed else 6)
     else:
-        assert len(files) == (4 if committed else 8)
+        assert len(files) == (8 if committed else 12)
     assert not os.listdir(os.path.join(table_dir(spark, t), "_rowmerge_log", "staging"))
 
 

@@ -455,11 +455,15 @@ def run_fault_injection(
     Victims use the storage of ``spark.rowmerge.storage`` in the test's session (Hadoop's
     unless a test sets it), so do the recoveries. ``victim_master``: where the victims run
     their jobs (a standalone cluster's ``spark://`` URL; their own ``local[1]`` if None).
-    ``compaction``: the merge is followed by an auto-compaction (tiny tiers), whose steps are
+    ``compaction``: the merge is followed by a compaction (``optimize_every: 1``), whose steps are
     crashed after too: from its staging on, the merge is committed, so the table must be the
     post-merge state (the compaction changes files, not rows).
     """
-    extra: dict[str, Any] = {"auto_compact_min_files": 2} if compaction else {"auto_compact": False}
+    # A full compaction after the merge (optimize_every: 1) packs every partition's small files,
+    # the table's own among them, so it always has files to rewrite in this small table.
+    extra: dict[str, Any] = (
+        {"auto_compact": False, "optimize_every": 1} if compaction else {"auto_compact": False}
+    )
     setup = {STORAGE_ENV: str(spark.conf.get(STORAGE_CONF, "auto"))}
     if victim_master:
         setup[MASTER_ENV] = victim_master

@@ -1,7 +1,7 @@
 """Kill a merge followed by its auto-compaction after every step of both commits.
 
 See harness.run_fault_injection(compaction=True): the victim's merge is followed by an
-OPTIMIZE version (tiny tiers, so it compacts); a crash before the merge's commit point leaves
+OPTIMIZE version (``optimize_every: 1``, so it compacts); a crash before the merge's commit point leaves
 the pre-merge state, any later crash (the compaction's steps included) the post-merge state,
 with the compaction finished by recovery once its entry exists. The shape is partitioned, so
 the compaction moves and deletes files in several partitions.

@@ -407,6 +407,17 @@ def _write(
     writer.save(staging)
 
 
+def _as_created(journal: Journal) -> set[str]:
+    """The files of version 0 (the table as dbt created it, or as the first merge found it):
+    auto-compaction leaves them to ``optimize``. They are the table's own layout, not small
+    files a merge left behind, and rewriting them after a table's first merges would make those
+    merges pay for a whole table's worth of writing (and grow the files later updates rewrite)."""
+    try:
+        return {f.path for f in journal.read_entry(0).added}
+    except Exception:  # noqa: BLE001 - unreadable: recovery judges entries; compact them all
+        return set()
+
+
 def after_merge(
     spark: SparkSession,
     journal: Journal,
@@ -418,8 +429,9 @@ def after_merge(
     entry: Entry,
 ) -> Entry | None:
     """Auto-compaction: right after the merge ``entry`` committed, under its lock, compact what
-    the tiered policy finds ready (compaction.tiered), or every small file when the version is
-    a multiple of ``optimize_every``. ``files``: the table's files after the merge. A failure
+    the tiered policy finds ready among the files merges wrote (compaction.tiered; version 0's
+    files are left alone), or every small file when the version is a multiple of
+    ``optimize_every``. ``files``: the table's files after the merge. A failure
     before its own commit point leaves the table as the merge left it and only warns."""
     every = upkeep.optimize_every
     whole = every is not None and entry.version % every == 0
@@ -438,11 +450,15 @@ def after_merge(
         return compaction.tiered(listed, upkeep.target_bytes, upkeep.min_files, upkeep.max_files, max_bytes)
 
     # Decided from the files the merge knows (no listing); once there is work, planned again
-    # from a listing, whose sizes and times the commit checks its input against.
+    # without the table's own files, then from a listing, whose sizes and times the commit
+    # checks its input against.
     if not plan(files):
         return None
-    files = journal.snapshot()
-    groups = plan(files)
+    kept = set() if whole else _as_created(journal)
+    if kept and not plan({p: i for p, i in files.items() if p not in kept}):
+        return None
+    listing = journal.snapshot()
+    groups = plan({p: i for p, i in listing.items() if p not in kept})
     if not groups:
         return None
     logger.info(
@@ -452,7 +468,7 @@ def after_merge(
         len(groups),
     )
     try:
-        return compact(spark, journal, lock, target, groups, cluster, upkeep, files, entry.cluster_by)
+        return compact(spark, journal, lock, target, groups, cluster, upkeep, listing, entry.cluster_by)
     except MergeCommittedError:
         raise
     except Exception as exc:  # noqa: BLE001 - the merge is committed; the files wait
