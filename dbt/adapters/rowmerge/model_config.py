@@ -26,6 +26,7 @@ from dbt.adapters.rowmerge.merge.spec import (
     DEFAULT_SOURCE_ALIAS,
     DEFAULT_TARGET_ALIAS,
     SPEC_VERSION,
+    UPKEEP_KEYS,
     MergeSpec,
     parse_spec,
 )
@@ -85,14 +86,7 @@ SPEC_KEYS = (
     "lock_timeout_s",
     "allow_empty_source",
     "max_delete_fraction",
-    # table upkeep (optimize.py): compaction after each merge, and the table's clustering
-    "auto_compact",
-    "target_file_size_mb",
-    "cluster_by",
-    "optimize_every",
-    "auto_compact_min_files",
-    "auto_compact_max_files",
-    "auto_compact_max_mb",
+    *UPKEEP_KEYS,  # table upkeep (optimize.py)
 )
 # dbt's and dbt-spark's own config keys: never taken for a misspelling of ours.
 DBT_KEYS = frozenset(

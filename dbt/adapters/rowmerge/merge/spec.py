@@ -45,6 +45,16 @@ WHEN_ALIASES = {
     "not matched by target": "not_matched",
     "not matched by source": "not_matched_by_source",
 }
+# The keys of table upkeep (Upkeep, parse_upkeep): compaction after each merge, the clustering.
+UPKEEP_KEYS = (
+    "auto_compact",
+    "target_file_size_mb",
+    "cluster_by",
+    "optimize_every",
+    "auto_compact_min_files",
+    "auto_compact_max_files",
+    "auto_compact_max_mb",
+)
 TOP_LEVEL_KEYS = {
     "version",
     "target",
@@ -61,13 +71,7 @@ TOP_LEVEL_KEYS = {
     "allow_empty_source",
     "max_delete_fraction",
     "constraints",
-    "auto_compact",
-    "target_file_size_mb",
-    "cluster_by",
-    "optimize_every",
-    "auto_compact_min_files",
-    "auto_compact_max_files",
-    "auto_compact_max_mb",
+    *UPKEEP_KEYS,
 }
 # `origin` is optional: the config key a clause came from (the dbt macros set it), so
 # messages name what the user wrote, e.g. "matched_condition" or "merge_clauses[2]".
