@@ -83,9 +83,9 @@ def create_target(spark: SparkSession, case: Case, name: str, location: str) -> 
 
 # Every merge is followed by a full compaction (optimize.py: optimize_every 1, a 1 MB target),
 # which packs every partition left with two small files or more, version 0's among them, so it
-# happens in most cases. (The tiered step after a merge leaves version 0's files alone, and in
-# these tiny tables merges rarely leave two files of their own; the engine and functional
-# tests cover it.) The compaction changes files, never rows: rows and feed must stay the oracle's.
+# happens in most cases. (The tiered step after a merge needs min_files files in one tier, and in
+# these tiny tables merges rarely leave that many; the engine and functional tests cover it.)
+# The compaction changes files, never rows: rows and feed must stay the oracle's.
 COMPACTION = ({"target_file_size_mb": 1, "auto_compact": False, "optimize_every": 1},)
 # Cases whose merge committed a version, and those where an OPTIMIZE version followed it.
 RAN: list[str] = []

@@ -223,20 +223,20 @@ def test_auto_compaction_commits_an_optimize_version_right_after_the_merge(spark
     t = f"{db}.t"
     create_table(spark, t, "id long, v string", [[(i, "a") for i in range(100)]])
     results = _inserts(spark, db, t, 7, auto_compact_min_files=4)
-    # the table's own file (version 0) is left alone; four files the merges wrote merge into
-    # one, which is still in the smallest tier (tiers are 8x steps), so it merges again with the
-    # next three
-    assert [r.metrics["compactVersion"] for r in results] == [0, 0, 0, 5, 0, 0, 9]
-    assert [r.version for r in results] == [1, 2, 3, 4, 6, 7, 8]
+    # the table's own file (version 0) starts no run, but fills the first one the merges' files
+    # start: three of theirs and it merge into one, which is still in the smallest tier (tiers
+    # are 8x steps), so it merges again with the next three
+    assert [r.metrics["compactVersion"] for r in results] == [0, 0, 4, 0, 0, 8, 0]
+    assert [r.version for r in results] == [1, 2, 3, 5, 6, 7, 9]
     ops = [(h["version"], h["operation"], h["files_added"], h["files_removed"]) for h in history(spark, t)]
     # every insert-only merge replaced no file; each OPTIMIZE replaced four small ones
     assert ops == [
-        (9, "OPTIMIZE", 1, 4),
-        (8, "MERGE", 1, 0),
+        (9, "MERGE", 1, 0),
+        (8, "OPTIMIZE", 1, 4),
         (7, "MERGE", 1, 0),
         (6, "MERGE", 1, 0),
-        (5, "OPTIMIZE", 1, 4),
-        (4, "MERGE", 1, 0),
+        (5, "MERGE", 1, 0),
+        (4, "OPTIMIZE", 1, 4),
         (3, "MERGE", 1, 0),
         (2, "MERGE", 1, 0),
         (1, "MERGE", 1, 0),

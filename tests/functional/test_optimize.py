@@ -45,22 +45,22 @@ def _folder(project, name: str) -> str:
 
 class TestAutoCompaction:
     def test_a_merge_is_followed_by_an_optimize_version(self, project):
-        config = "unique_key='id', auto_compact_min_files=2"
+        config = "unique_key='id', auto_compact_min_files=3"
         write_file(
             incremental_model(config, STEP1, STEP2, STEP3), project.project_root, "models", "orders.sql"
         )
         ok(run_step(1), "orders")
-        # the table as dbt created it (version 0) is left alone: one file a merge wrote waits
+        # two small files (the table as dbt created it, the merge's) wait for a third
         assert metrics(ok(run_step(2), "orders"))["compactVersion"] == 0
         merged = ok(run_step(3), "orders")
         assert metrics(merged)["compactVersion"] == 3
         assert _history(project, "orders") == [
-            (3, "OPTIMIZE", 1, 2),
+            (3, "OPTIMIZE", 1, 3),
             (2, "MERGE", 1, 0),
             (1, "MERGE", 1, 0),
             (0, "CREATE TABLE", 1, 0),
         ]
-        assert _data_files(project, "orders") == 2
+        assert _data_files(project, "orders") == 1
         assert rows(project, "orders") == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
 
 

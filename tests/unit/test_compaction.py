@@ -71,6 +71,22 @@ def test_groups_never_cross_partitions() -> None:
     assert [g.partition for g in groups] == ["day=1", "day=2", "day=3", "day=3"]
 
 
+def test_idle_files_never_start_a_run_but_fill_one_a_written_file_starts() -> None:
+    created = files([6 * MB] * 16)  # the table as it was created: 16 files of one tier
+    idle = {f.path for f in created}
+    assert tiered(created, TARGET, 8, 64, 256 * MB, idle) == []
+    written = files([5 * MB], start=100)  # the first file merges wrote that reaches the tier
+    groups = tiered(created + written, TARGET, 8, 64, 256 * MB, idle)
+    # one run: the written file, then the oldest seven idle ones; the other nine wait
+    assert [[f.path for f in g.files] for g in groups] == [[written[0].path] + sorted(idle)[:7]]
+    # written files fill runs first; a run of idle files alone is never taken
+    more = files([5 * MB] * 9, start=200)
+    groups = tiered(created + more, TARGET, 8, 64, 256 * MB, idle)
+    assert [[f.path in idle for f in g.files].count(True) for g in groups] == [0, 7]
+    # without idle files the same tier is compacted at once
+    assert len(tiered(created, TARGET, 8, 64, 256 * MB)) == 2
+
+
 def test_bin_packing_fills_bins_to_the_target_and_skips_lone_files() -> None:
     found = files([40 * MB, 40 * MB, 40 * MB, 40 * MB, 70 * MB])
     groups = bin_packed(found, TARGET, cluster=False)

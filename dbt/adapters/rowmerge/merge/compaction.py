@@ -20,7 +20,7 @@ Files at or above half the target size are full: two of them would exceed it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,9 +84,19 @@ def _by_partition(files: Iterable[DataFile]) -> dict[str, list[DataFile]]:
 
 
 def tiered(
-    files: Sequence[DataFile], target_bytes: int, min_files: int, max_files: int, max_bytes: int
+    files: Sequence[DataFile],
+    target_bytes: int,
+    min_files: int,
+    max_files: int,
+    max_bytes: int,
+    idle: Collection[str] = (),
 ) -> list[Group]:
-    """The groups a merge compacts now (empty: no tier of any partition is full yet)."""
+    """The groups a merge compacts now (empty: no tier of any partition is full yet).
+
+    Files whose path is in ``idle`` (the table as it was created) never start a compaction:
+    they only fill a tier's run once files written since have reached that tier, so a table's
+    first merges do not pay for rewriting the table they found, while its small files are
+    still folded in, a run at a time, as the merges' own files grow into their tier."""
     full = target_bytes * FULL_FRACTION
     ready: list[tuple[int, str, list[DataFile]]] = []
     for partition, found in sorted(_by_partition(files).items()):
@@ -95,10 +105,14 @@ def tiered(
             if f.size < full:
                 tiers.setdefault(tier(f.size, target_bytes), []).append(f)
         for level, members in sorted(tiers.items()):
-            members.sort(key=lambda f: (f.order, f.path))
-            # whole runs of min_files, oldest first: each lands in the next tier
+            # written files oldest first, then the idle ones: whole runs of min_files, each
+            # with a written file in it, land in the next tier
+            members.sort(key=lambda f: (f.path in idle, f.order, f.path))
             for start in range(0, len(members) - min_files + 1, min_files):
-                ready.append((level, partition, members[start : start + min_files]))
+                run = members[start : start + min_files]
+                if run[0].path in idle:
+                    break
+                ready.append((level, partition, run))
     ready.sort(key=lambda r: r[0])  # smallest tiers first: most files gone per byte
     out: list[Group] = []
     taken_files = taken_bytes = 0

@@ -407,15 +407,16 @@ def _write(
     writer.save(staging)
 
 
-def _as_created(journal: Journal) -> set[str]:
+def _as_created(journal: Journal) -> frozenset[str]:
     """The files of version 0 (the table as dbt created it, or as the first merge found it):
-    auto-compaction leaves them to ``optimize``. They are the table's own layout, not small
-    files a merge left behind, and rewriting them after a table's first merges would make those
-    merges pay for a whole table's worth of writing (and grow the files later updates rewrite)."""
+    auto-compaction never starts a run for them, it only folds them into runs that files
+    merges wrote have filled (compaction.tiered's ``idle``). They are the table's own layout,
+    not small files a merge left behind; rewriting them all at a table's first merge would make
+    that merge pay for a whole table's worth of writing."""
     try:
-        return {f.path for f in journal.read_entry(0).added}
-    except Exception:  # noqa: BLE001 - unreadable: recovery judges entries; compact them all
-        return set()
+        return frozenset(f.path for f in journal.read_entry(0).added)
+    except Exception:  # noqa: BLE001 - unreadable: recovery judges entries; treat them all alike
+        return frozenset()
 
 
 def after_merge(
@@ -430,7 +431,7 @@ def after_merge(
 ) -> Entry | None:
     """Auto-compaction: right after the merge ``entry`` committed, under its lock, compact what
     the tiered policy finds ready among the files merges wrote (compaction.tiered; version 0's
-    files are left alone), or every small file when the version is a multiple of
+    files only fill runs), or every small file when the version is a multiple of
     ``optimize_every``. ``files``: the table's files after the merge. A failure
     before its own commit point leaves the table as the merge left it and only warns."""
     every = upkeep.optimize_every
@@ -439,7 +440,7 @@ def after_merge(
         return None
     cluster = list(entry.cluster_by or ()) or list(keys)
 
-    def plan(found: dict[str, FileInfo]) -> list[Group]:
+    def plan(found: dict[str, FileInfo], idle: frozenset[str] = frozenset()) -> list[Group]:
         listed = [
             DataFile(p, info.size, compaction.partition_of(p, journal.location), info.mtime)
             for p, info in sorted(found.items())
@@ -447,18 +448,20 @@ def after_merge(
         if whole:
             return compaction.bin_packed(listed, upkeep.target_bytes, cluster=False)
         max_bytes = int(upkeep.max_mb * 1024 * 1024)
-        return compaction.tiered(listed, upkeep.target_bytes, upkeep.min_files, upkeep.max_files, max_bytes)
+        return compaction.tiered(
+            listed, upkeep.target_bytes, upkeep.min_files, upkeep.max_files, max_bytes, idle
+        )
 
     # Decided from the files the merge knows (no listing); once there is work, planned again
-    # without the table's own files, then from a listing, whose sizes and times the commit
+    # with the table's own files idle, then from a listing, whose sizes and times the commit
     # checks its input against.
     if not plan(files):
         return None
-    kept = set() if whole else _as_created(journal)
-    if kept and not plan({p: i for p, i in files.items() if p not in kept}):
+    idle = frozenset() if whole else _as_created(journal)
+    if idle and not plan(files, idle):
         return None
     listing = journal.snapshot()
-    groups = plan({p: i for p, i in listing.items() if p not in kept})
+    groups = plan(listing, idle)
     if not groups:
         return None
     logger.info(
