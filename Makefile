@@ -76,7 +76,7 @@ bench-scale: $(STAMP)
 # files, row_level_merge (defaults: auto-compaction on) against itself with auto_compact off and
 # delta-rs (as is, and compacted every 100 merges), interleaved merge by merge; several hours.
 bench-aging: $(STAMP)
-	$(BIN)/python benchmarks/aging.py --rows 2000000 --files 16 --merges 1000
+	$(BIN)/python benchmarks/aging.py --rows 2000000 --files 16 --merges 1000 $(AGING_ARGS)
 
 clean:
 	rm -rf $(VENV) integration_project/target integration_project/logs

@@ -24,7 +24,16 @@ by a plain reader (a pyarrow dataset over the folder; for delta-rs over its file
 the folder still holds every replaced file) against a freshly written copy of the same rows,
 and a 100-row upsert of recent keys into our table and into the fresh copy (files it reads).
 
-    python benchmarks/aging.py [--rows N] [--files F] [--merges M] [--shapes a,b] [--systems a,b] [--out DIR]
+    python benchmarks/aging.py [--rows N] [--files F] [--merges M] [--shapes a,b] [--systems a,b]
+                               [--out DIR] [--work DIR] [--minutes M] [--resume]
+
+The whole run is long (1,000 merges x 4 shapes x 4 systems: on 2 cores the scattered shape alone,
+which rewrites the whole table at every merge, takes most of a day), so it can run in slices:
+``--minutes M`` (or a file named STOP in the work folder) stops it cleanly between two merges,
+with every table and every measurement so far saved in ``<work>/<shape>/state.json``, and
+``--resume`` goes on from there. A resumed run refuses unless the engine's code (git tree of
+``dbt/``), the systems and the number of merges are the ones it started with; the report names
+the engine tree and, per shape, the slices it ran in (merge numbers and times).
 """
 
 from __future__ import annotations
@@ -193,6 +202,9 @@ class RowLevelMerge:
 
         self.spark, self.base, self.table = spark, base, table
         self.dir = folder or work / self.name
+        attach = folder is None and (self.dir / "_rowmerge_log").is_dir() and spark.catalog.tableExists(table)
+        if attach:  # a resumed run: the table lives on, with its journal
+            return
         if folder is None:
             copy_table(base, self.dir)
         cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in base.schema.fields)
@@ -241,6 +253,8 @@ class DeltaRs:
         from deltalake.schema import PrimitiveType
 
         self.spark, self.base, self.dir = spark, base, work / self.name
+        if (self.dir / "_delta_log").is_dir():  # a resumed run: the table lives on
+            return
         copy_table(base, self.dir)
         partition_by = None
         if base.partition_columns:
@@ -313,54 +327,189 @@ def scan_seconds(spark: SparkSession, base: BaseTable, files: list[str], root: P
     return {"spark_scan_s": round(best_spark, 3), "pyarrow_scan_s": round(best_arrow, 3)}
 
 
+def engine_tree() -> str:
+    """The git tree of the engine (``dbt/``): a resumed run must merge with the same code."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD:dbt"], cwd=ROOT.parent, capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "dbt"], cwd=ROOT.parent, capture_output=True, text=True
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _base_json(base: BaseTable) -> dict[str, Any]:
+    return {
+        "kind": base.kind,
+        "path": str(base.path),
+        "rows": base.rows,
+        "files": list(base.files),
+        "bytes": base.bytes,
+        "schema": base.schema.json(),
+        "partition_columns": list(base.partition_columns),
+    }
+
+
+def _base_from(d: dict[str, Any]) -> BaseTable:
+    from pyspark.sql.types import StructType
+
+    return BaseTable(
+        d["kind"],
+        Path(d["path"]),
+        d["rows"],
+        tuple(d["files"]),
+        d["bytes"],
+        StructType.fromJson(json.loads(d["schema"])),
+        tuple(d["partition_columns"]),
+    )
+
+
+def _save(path: Path, state: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, path)
+
+
+def _decile(records: list[dict[str, Any]]) -> Decile:
+    return Decile(
+        len(records),
+        [r["s"] for r in records],
+        [r["jobs"] for r in records],
+        [r["read"] for r in records],
+        [r["written"] for r in records],
+    )
+
+
+class Stopped(Exception):
+    """The run was asked to stop (deadline or STOP file) between two merges; its state is saved."""
+
+
 def run_shape(
-    spark: SparkSession, shape: Shape, args: argparse.Namespace, work: Path, systems: list[str]
+    spark: SparkSession,
+    shape: Shape,
+    args: argparse.Namespace,
+    work: Path,
+    systems: list[str],
+    should_stop: Any,
 ) -> dict[str, Any]:
+    """Run (or, with ``--resume``, go on with) one shape; raises Stopped between two merges
+    when ``should_stop()`` says so, its state saved in ``<work>/<shape>/state.json``."""
     shape_dir = work / shape.name
-    shutil.rmtree(shape_dir, ignore_errors=True)
-    base = generate(spark, shape.kind, args.rows, args.files, shape_dir / "base")
+    state_path = shape_dir / "state.json"
+    state = json.loads(state_path.read_text()) if args.resume and state_path.is_file() else None
+    engine = engine_tree()
+    if state is not None:
+        if state.get("result") is not None:
+            return state["result"]
+        wanted = {"engine": engine, "systems": systems, "merges": args.merges}
+        found = {k: state[k] for k in wanted}
+        if found != wanted:
+            raise SystemExit(
+                f"{shape.name}: cannot resume: the saved run has {found}, this one {wanted}; "
+                "run without --resume to start the shape again"
+            )
+        base = _base_from(state["base"])
+    else:
+        shutil.rmtree(shape_dir, ignore_errors=True)
+        base = generate(spark, shape.kind, args.rows, args.files, shape_dir / "base")
+        state = {
+            "engine": engine,
+            "systems": systems,
+            "merges": args.merges,
+            "base": _base_json(base),
+            "done": 0,
+            "records": {name: [] for name in systems},
+            "deciles": {name: [] for name in systems},
+            "file_counts": {name: [] for name in systems},
+            "slices": [],
+            "result": None,
+        }
     spark.sql("CREATE DATABASE IF NOT EXISTS aging")
     live = {name: SYSTEMS[name](spark, base, shape_dir, f"aging.{shape.name}_{name}") for name in systems}
-    per = max(1, args.merges // 10)
-    deciles: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
-    current = {name: Decile(0) for name in systems}
-    timeline: dict[str, list[float]] = {name: [] for name in systems}
-    file_counts: dict[str, list[tuple[int, int]]] = {name: [] for name in systems}
-    for k in range(1, args.merges + 1):
-        source = shape_dir / "sources" / f"{k:05d}"
-        source_rows(spark, shape, base, k).coalesce(1).write.mode("overwrite").parquet(str(source))
-        for name, system in live.items():
-            with measured(spark, f"aging {shape.name} {name} {k}") as usage:
-                system.merge(source, k)
-            d = current[name]
-            d.merges += 1
-            d.seconds.append(usage.seconds)
-            d.jobs.append(usage.spark_jobs)
-            d.read_bytes.append(usage.read_bytes)
-            d.written_bytes.append(usage.written_bytes)
-            timeline[name].append(round(usage.seconds, 3))
-        shutil.rmtree(source, ignore_errors=True)
-        if k % per == 0 or k == args.merges:
-            hashes = {}
-            for name, system in live.items():
-                files = system.files()
-                file_counts[name].append((k, len(files)))
-                row = {"after_merge": k, **current[name].summary(), **data_files(files)}
-                row["log_kb"] = round(system.log_bytes() / 1024, 1)
-                hashes[name] = list(table_hash(system.frame(), base.columns))
-                row["hash"] = hashes[name]
-                deciles[name].append(row)
-                current[name] = Decile(0)
-            if len({json.dumps(h) for h in hashes.values()}) != 1:
-                raise SystemExit(f"{shape.name}: tables differ after merge {k}: {hashes}")
-            print(
-                f"{shape.name} after {k}: "
-                + "; ".join(
-                    f"{n} {deciles[n][-1]['median_s']} s/merge, {deciles[n][-1]['data_files']} files"
-                    for n in systems
-                ),
-                flush=True,
+    if state["done"]:
+        # Resumed only from a clean stop between merges: every table holds exactly the rows of
+        # the merges done (a run killed inside a merge starts the shape again).
+        want = base.rows + state["done"] * shape.inserts
+        counts = {name: system.frame().count() for name, system in live.items()}
+        if any(c != want for c in counts.values()):
+            raise SystemExit(
+                f"{shape.name}: cannot resume after merge {state['done']}: expected {want} rows, "
+                f"found {counts} (killed inside a merge?); run without --resume"
             )
+    per = max(1, args.merges // 10)
+    slice_ = {"from_merge": state["done"] + 1, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    try:
+        for k in range(state["done"] + 1, args.merges + 1):
+            if should_stop():
+                raise Stopped(f"{shape.name}: stopped after merge {state['done']}")
+            source = shape_dir / "sources" / f"{k:05d}"
+            source_rows(spark, shape, base, k).coalesce(1).write.mode("overwrite").parquet(str(source))
+            for name, system in live.items():
+                with measured(spark, f"aging {shape.name} {name} {k}") as usage:
+                    system.merge(source, k)
+                state["records"][name].append(
+                    {
+                        "s": round(usage.seconds, 4),
+                        "jobs": usage.spark_jobs,
+                        "read": usage.read_bytes,
+                        "written": usage.written_bytes,
+                    }
+                )
+            shutil.rmtree(source, ignore_errors=True)
+            if k % per == 0 or k == args.merges:
+                _decile_end(shape, base, live, state, k, per)
+            state["done"] = k
+            _save(state_path, state)
+    finally:
+        if state["done"] >= slice_["from_merge"]:
+            slice_.update(to_merge=state["done"], ended=time.strftime("%Y-%m-%dT%H:%M:%S"))
+            state["slices"].append(slice_)
+            _save(state_path, state)
+    state["result"] = _finish(spark, shape, args, base, live, state, shape_dir)
+    _save(state_path, state)
+    return state["result"]
+
+
+def _decile_end(
+    shape: Shape, base: BaseTable, live: dict[str, Any], state: dict[str, Any], k: int, per: int
+) -> None:
+    hashes = {}
+    for name, system in live.items():
+        files = system.files()
+        state["file_counts"][name].append((k, len(files)))
+        first = (k - 1) // per * per  # the merges of this decile: first+1..k
+        row = {"after_merge": k, **_decile(state["records"][name][first:k]).summary(), **data_files(files)}
+        row["log_kb"] = round(system.log_bytes() / 1024, 1)
+        hashes[name] = list(table_hash(system.frame(), base.columns))
+        row["hash"] = hashes[name]
+        state["deciles"][name].append(row)
+    if len({json.dumps(h) for h in hashes.values()}) != 1:
+        raise SystemExit(f"{shape.name}: tables differ after merge {k}: {hashes}")
+    last = {n: state["deciles"][n][-1] for n in live}
+    print(
+        f"{shape.name} after {k}: "
+        + "; ".join(f"{n} {d['median_s']} s/merge, {d['data_files']} files" for n, d in last.items()),
+        flush=True,
+    )
+
+
+def _finish(
+    spark: SparkSession,
+    shape: Shape,
+    args: argparse.Namespace,
+    base: BaseTable,
+    live: dict[str, Any],
+    state: dict[str, Any],
+    shape_dir: Path,
+) -> dict[str, Any]:
+    """After the last merge: a fresh copy of the same rows, full scans, the probe, the checks."""
+    systems = list(live)
+    deciles = state["deciles"]
     # The same rows freshly written, as a rebuild would leave them.
     fresh = shape_dir / "fresh"
     rows = live[systems[0]].frame()
@@ -394,6 +543,7 @@ def run_shape(
         if isinstance(system, RowLevelMerge):
             m = system.merge(probe, at)
             end[label]["probe_files_read"] = m.get("numTargetFilesAfterSkipping")
+    timeline = {name: [r["s"] for r in records] for name, records in state["records"].items()}
     totals = {name: round(sum(seconds), 1) for name, seconds in timeline.items()}
     return {
         "shape": shape.name,
@@ -405,7 +555,9 @@ def run_shape(
         "total_s": totals,
         "checks": checks(deciles, end, totals),
         "timeline": timeline,
-        "file_counts": file_counts,
+        "file_counts": state["file_counts"],
+        "engine": state["engine"],
+        "slices": state["slices"],
     }
 
 
@@ -437,10 +589,15 @@ def checks(
 def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "aging.json").write_text(json.dumps({"meta": meta, "shapes": results}, indent=1))
-    lines = [f"# Aging benchmark ({meta['machine']})", ""]
+    lines = [f"# Aging benchmark ({meta['machine']}; engine tree {meta['engine']})", ""]
     for r in results:
+        ran = ", ".join(
+            f"merges {s['from_merge']}-{s['to_merge']} {s['started']}..{s['ended']}" for s in r["slices"]
+        )
         lines += [
             f"## {r['shape']}: {r['merges']} merges into {r['base_rows']:,} rows in {r['base_files']} files",
+            "",
+            f"Ran {ran}.",
             "",
             "| system | after merge | mean s | median s | p95 s | jobs | files | median file KB | small "
             "files | log KB |",
@@ -511,24 +668,55 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "results"))
     p.add_argument("--work", default="/tmp/rowmerge-bench-aging")
     p.add_argument("--driver-memory", default="6g")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the state a stopped run saved in --work (same engine code, systems, merges)",
+    )
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="stop cleanly between two merges after this long (or when <work>/STOP exists); "
+        "go on later with --resume",
+    )
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    stop_file = work / "STOP"
+    stop_file.unlink(missing_ok=True)
+
+    def should_stop() -> bool:
+        late = args.minutes is not None and time.time() - started > args.minutes * 60
+        return late or stop_file.exists()
+
     spark = spark_session(work, args.driver_memory)
     systems = args.systems.split(",")
     results = []
-    started = time.time()
-    for name in args.shapes.split(","):
-        results.append(run_shape(spark, SHAPES[name], args, work, systems))
+    try:
+        for name in args.shapes.split(","):
+            results.append(run_shape(spark, SHAPES[name], args, work, systems, should_stop))
+    except Stopped as stopped:
+        print(f"{stopped}; go on with --resume (state in {work})", flush=True)
     meta = {
         "machine": f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}",
         "rows": args.rows,
         "files": args.files,
         "merges": args.merges,
-        "minutes": round((time.time() - started) / 60, 1),
+        "engine": engine_tree(),
+        "minutes": round(sum(_minutes(r["slices"]) for r in results), 1),
     }
-    write_report(results, meta, Path(args.out))
-    print(f"done in {meta['minutes']} min; {Path(args.out) / 'aging.md'}")
+    if results:
+        write_report(results, meta, Path(args.out))
+        print(f"{len(results)} shape(s) done in {meta['minutes']} min; {Path(args.out) / 'aging.md'}")
+
+
+def _minutes(slices: list[dict[str, Any]]) -> float:
+    def at(t: str) -> float:
+        return time.mktime(time.strptime(t, "%Y-%m-%dT%H:%M:%S"))
+
+    return sum(at(s["ended"]) - at(s["started"]) for s in slices) / 60
 
 
 if __name__ == "__main__":
