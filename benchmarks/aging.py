@@ -385,6 +385,12 @@ def _decile(records: list[dict[str, Any]]) -> Decile:
     )
 
 
+def _phase_medians(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Median of each phase time over ``records`` (those that report it)."""
+    names = sorted({m for r in records for m in r.get("phases", {})})
+    return {m: statistics.median(r["phases"][m] for r in records if m in r.get("phases", {})) for m in names}
+
+
 class Stopped(Exception):
     """The run was asked to stop (deadline or STOP file) between two merges; its state is saved."""
 
@@ -451,13 +457,19 @@ def run_shape(
             source_rows(spark, shape, base, k).coalesce(1).write.mode("overwrite").parquet(str(source))
             for name, system in live.items():
                 with measured(spark, f"aging {shape.name} {name} {k}") as usage:
-                    system.merge(source, k)
+                    metrics = system.merge(source, k)
                 state["records"][name].append(
                     {
                         "s": round(usage.seconds, 4),
                         "jobs": usage.spark_jobs,
                         "read": usage.read_bytes,
                         "written": usage.written_bytes,
+                        # the system's own phase times (ours: executionTimeMs, scanTimeMs, ...)
+                        "phases": {
+                            m: v
+                            for m, v in metrics.items()
+                            if isinstance(v, (int, float)) and m.lower().endswith(("timems", "time_ms"))
+                        },
                     }
                 )
             shutil.rmtree(source, ignore_errors=True)
@@ -483,7 +495,9 @@ def _decile_end(
         files = system.files()
         state["file_counts"][name].append((k, len(files)))
         first = (k - 1) // per * per  # the merges of this decile: first+1..k
-        row = {"after_merge": k, **_decile(state["records"][name][first:k]).summary(), **data_files(files)}
+        records = state["records"][name][first:k]
+        row = {"after_merge": k, **_decile(records).summary(), **data_files(files)}
+        row["phase_medians_ms"] = _phase_medians(records)
         row["log_kb"] = round(system.log_bytes() / 1024, 1)
         hashes[name] = list(table_hash(system.frame(), base.columns))
         row["hash"] = hashes[name]
