@@ -279,6 +279,37 @@ def local_path(qualified: str) -> str | None:
     return rest
 
 
+def local_dir(path: str) -> str | None:
+    """The OS path of a ``file:`` path (as Hadoop prints it: ``file:/a/b`` or ``file:///a/b``,
+    never percent-encoded), else None (another filesystem, or no scheme: the default one)."""
+    if not path.startswith("file:"):
+        return None
+    rest = path[len("file:") :]
+    if rest.startswith("//"):
+        if not rest.startswith("///"):
+            return None  # file://host/...: leave it to Hadoop
+        rest = rest[2:]
+    return rest if rest.startswith("/") else None
+
+
+def _local_names(folder: str) -> list[str]:
+    """The names in a local folder, as Hadoop's local filesystem lists them (its checksum
+    files ``.<name>.crc`` hidden; nothing for an absent folder; a file lists as itself).
+
+    Why not Hadoop: its local listStatus builds a FileStatus for every child (a stat and a
+    permission lookup each), about 0.1-0.2 s for a journal of 1,000 versions, and a merge lists
+    its journal folder twice; os.scandir reads the names in well under a millisecond, so a
+    merge's fixed cost stops growing with the table's history."""
+    try:
+        with os.scandir(folder) as entries:
+            names = [e.name for e in entries]
+    except (FileNotFoundError, NotADirectoryError):
+        if os.path.isfile(folder):
+            return [os.path.basename(folder)]
+        return []
+    return sorted(n for n in names if not (n.startswith(".") and n.endswith(".crc")))
+
+
 class HadoopStorage(Storage):
     """Hadoop FileSystem access for one Spark session."""
 
@@ -350,6 +381,9 @@ class HadoopStorage(Storage):
         return sorted(out, key=lambda f: f.path)
 
     def list_names(self, path: str) -> list[str]:
+        local = local_dir(path)
+        if local is not None:
+            return _local_names(local)
         jp = self._path(path)
         fs = self._fs(jp)
         try:
