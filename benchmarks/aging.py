@@ -47,6 +47,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -401,7 +402,7 @@ def run_shape(
     args: argparse.Namespace,
     work: Path,
     systems: list[str],
-    should_stop: Any,
+    should_stop: Callable[[], bool],
 ) -> dict[str, Any]:
     """Run (or, with ``--resume``, go on with) one shape; raises Stopped between two merges
     when ``should_stop()`` says so, its state saved in ``<work>/<shape>/state.json``."""

@@ -21,7 +21,7 @@ import struct
 import sys
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -279,17 +279,10 @@ def local_path(qualified: str) -> str | None:
     return rest
 
 
-def local_dir(path: str) -> str | None:
-    """The OS path of a ``file:`` path (as Hadoop prints it: ``file:/a/b`` or ``file:///a/b``,
-    never percent-encoded), else None (another filesystem, or no scheme: the default one)."""
-    if not path.startswith("file:"):
-        return None
-    rest = path[len("file:") :]
-    if rest.startswith("//"):
-        if not rest.startswith("///"):
-            return None  # file://host/...: leave it to Hadoop
-        rest = rest[2:]
-    return rest if rest.startswith("/") else None
+def listed_names(names: Iterable[str]) -> list[str]:
+    """``names`` as Hadoop's local filesystem lists them: sorted, its checksum files
+    (``.<name>.crc``) hidden."""
+    return sorted(n for n in names if not (n.startswith(".") and n.endswith(".crc")))
 
 
 def _local_names(folder: str) -> list[str]:
@@ -307,7 +300,7 @@ def _local_names(folder: str) -> list[str]:
         if os.path.isfile(folder):
             return [os.path.basename(folder)]
         return []
-    return sorted(n for n in names if not (n.startswith(".") and n.endswith(".crc")))
+    return listed_names(names)
 
 
 class HadoopStorage(Storage):
@@ -381,7 +374,7 @@ class HadoopStorage(Storage):
         return sorted(out, key=lambda f: f.path)
 
     def list_names(self, path: str) -> list[str]:
-        local = local_dir(path)
+        local = local_path(self.qualify(path))
         if local is not None:
             return _local_names(local)
         jp = self._path(path)

@@ -39,6 +39,7 @@ from .storage import (
     Storage,
     create_local_if_absent,
     is_hidden,
+    listed_names,
     local_path,
     read_parquet_tail,
 )
@@ -205,8 +206,7 @@ class ArrowStorage(Storage):
             infos = fs.get_file_info(pafs.FileSelector(p, allow_not_found=True))
         except (FileNotFoundError, NotADirectoryError):
             return []  # removed while being listed: nothing under it
-        # Hadoop's local filesystem hides its checksum files (.<name>.crc); so does this.
-        return sorted(n for n in (i.base_name for i in infos) if not (n[0] == "." and n.endswith(".crc")))
+        return listed_names(i.base_name for i in infos)
 
     def rename(self, src: str, dst: str) -> bool:
         fs, s, _ = self._resolve(src)
