@@ -308,24 +308,45 @@ class RowLevelMergeNoCompaction(RowLevelMerge):
 SYSTEMS = {s.name: s for s in (RowLevelMerge, RowLevelMergeNoCompaction, DeltaRs, DeltaRsOptimized)}
 
 
-def scan_seconds(spark: SparkSession, base: BaseTable, files: list[str], root: Path) -> dict[str, float]:
-    """Best of two full scans: Spark (a hash over every column) and pyarrow (read every row)."""
+SCAN_ROUNDS = 5
+
+
+def scan_seconds(
+    spark: SparkSession, base: BaseTable, tables: dict[str, tuple[list[str], Path]]
+) -> dict[str, dict[str, float]]:
+    """Full scans of every table, Spark (a hash over every column) and pyarrow (read every row).
+
+    One warm-up round, then ``SCAN_ROUNDS`` rounds that visit the tables in turn; the median of
+    each. Scanning one table twice and then the next measured the page cache and the JIT as much
+    as the files (the first table scanned paid for both), which is what the aged/fresh ratio
+    must not depend on.
+    """
     import pyarrow.dataset as ds
 
     cols = [F.col(c) for c in base.columns]
-    best_spark = best_arrow = float("inf")
-    for _ in range(2):
-        t = time.perf_counter()
-        reader = spark.read.format("parquet").schema(base.schema).option("basePath", str(root))
-        reader.load(files).select(F.sum(F.xxhash64(*cols))).collect()
-        best_spark = min(best_spark, time.perf_counter() - t)
-        t = time.perf_counter()
-        partitioning = "hive" if base.partition_columns else None
-        ds.dataset(
-            files, format="parquet", partitioning=partitioning, partition_base_dir=str(root)
-        ).to_table()
-        best_arrow = min(best_arrow, time.perf_counter() - t)
-    return {"spark_scan_s": round(best_spark, 3), "pyarrow_scan_s": round(best_arrow, 3)}
+    partitioning = "hive" if base.partition_columns else None
+    times: dict[str, dict[str, list[float]]] = {n: {"spark": [], "arrow": []} for n in tables}
+    for rnd in range(SCAN_ROUNDS + 1):
+        for name, (files, root) in tables.items():
+            t = time.perf_counter()
+            reader = spark.read.format("parquet").schema(base.schema).option("basePath", str(root))
+            reader.load(files).select(F.sum(F.xxhash64(*cols))).collect()
+            spark_s = time.perf_counter() - t
+            t = time.perf_counter()
+            ds.dataset(
+                files, format="parquet", partitioning=partitioning, partition_base_dir=str(root)
+            ).to_table()
+            arrow_s = time.perf_counter() - t
+            if rnd:  # round 0 warms the page cache and the JIT
+                times[name]["spark"].append(spark_s)
+                times[name]["arrow"].append(arrow_s)
+    return {
+        n: {
+            "spark_scan_s": round(statistics.median(t["spark"]), 3),
+            "pyarrow_scan_s": round(statistics.median(t["arrow"]), 3),
+        }
+        for n, t in times.items()
+    }
 
 
 def engine_tree() -> str:
@@ -535,14 +556,17 @@ def _finish(
         if base.partition_columns
         else keyed.write
     )
-    writer.mode("overwrite").parquet(str(fresh))
-    fresh_files = folder_files(fresh)
-    end: dict[str, Any] = {
-        "fresh": {**data_files(fresh_files), **scan_seconds(spark, base, fresh_files, fresh)}
-    }
-    for name, system in live.items():
-        files = system.files()
-        end[name] = {**data_files(files), **scan_seconds(spark, base, files, system.dir)}
+    # Adaptive execution would coalesce the range partitions into fewer, uneven files.
+    coalesce = spark.conf.get("spark.sql.adaptive.coalescePartitions.enabled")
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    try:
+        writer.mode("overwrite").parquet(str(fresh))
+    finally:
+        spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", coalesce)
+    tables = {"fresh": (folder_files(fresh), fresh)}
+    tables.update({name: (system.files(), system.dir) for name, system in live.items()})
+    scans = scan_seconds(spark, base, tables)
+    end: dict[str, Any] = {name: {**data_files(files), **scans[name]} for name, (files, _) in tables.items()}
     # A 100-row upsert among the newest 1,000 rows: the files it reads in our aged table and in
     # the fresh copy (registered as a table of its own).
     at = args.merges + 1
