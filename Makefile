@@ -35,13 +35,16 @@ $(CONNECT_STAMP): pyproject.toml
 demo: $(RUN_STAMP) $(if $(CONNECT),$(CONNECT_STAMP))
 	$(BIN)/python scripts/demo.py $(if $(CONNECT),--connect)
 
-# Every test: lint, unit, engine, dbt functional and the integration project.
+# Every test but the `long` ones: lint, unit, engine, dbt functional, the integration project
+# (locally, on a standalone cluster and through Spark Connect) and the Connect checks.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20 tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20 -m "not long" tests
 
-# The same with the reliability campaigns whole (tests/reliability/harness.py, LONG_ENV): a
+# Every test, with the reliability campaigns whole (tests/reliability/harness.py, LONG_ENV): a
 # crash after every step of the commit protocol and 20 kill trials, where `make test` crashes
-# after each distinct step and runs 8.
+# after each distinct step and runs 8; and the `long` tests, which rerun local-mode coverage away
+# from local mode (the engine third on the cluster and through Connect, a fault-injection shape
+# with its victims on the cluster).
 test-long: $(STAMP) lint
 	ROWMERGE_LONG=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20 tests
 

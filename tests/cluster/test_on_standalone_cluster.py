@@ -1,6 +1,7 @@
 """The product on a real standalone cluster (a master and two worker JVMs on loopback): the
-integration project end to end, a representative third of the engine suite, and one
-fault-injection shape whose victims run their merges on the cluster.
+integration project end to end (`make test`), and in `make test-long` (marker `long`) a
+representative third of the engine suite and one fault-injection shape whose victims run
+their merges on the cluster.
 
 Every test here uses the one cluster this module's pytest process starts (tests/cluster/
 conftest.py); the applications run one after another, each with both workers' executors.
@@ -55,6 +56,7 @@ def test_integration_project_on_a_standalone_cluster(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_engine_third_on_a_standalone_cluster(standalone_cluster: StandaloneCluster, tmp_path: Path) -> None:
     """The cluster half of tests/engine_third.py (CLUSTER_MODULES) in a subprocess whose shared
     session has the cluster as its master (tests/conftest.py: ROWMERGE_TEST_MASTER), with one
@@ -68,6 +70,7 @@ def test_engine_third_on_a_standalone_cluster(standalone_cluster: StandaloneClus
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_fault_injection_upsert_with_victims_on_a_standalone_cluster(
     spark: SparkSession,
     rdb: str,  # noqa: F811 - the fixture imported above

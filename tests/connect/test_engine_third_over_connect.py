@@ -1,8 +1,8 @@
-"""The Connect half of a representative third of the engine suite (tests/engine_third.py:
-CONNECT_MODULES) and the Connect checks
-(tests/connect/connect_checks.py: every clause kind, change feed, partitioned table,
-cardinality error, plan errors, skipping, crash and recovery) through Spark Connect, in one
-subprocess (see conftest.py) with one Connect session."""
+"""The engine through Spark Connect, each run in a subprocess (see conftest.py) with one Connect
+session: the Connect checks (tests/connect/connect_checks.py: every clause kind, change feed,
+partitioned table, cardinality error, plan errors, skipping, crash and recovery) in `make
+test`, and the Connect half of a representative third of the engine suite
+(tests/engine_third.py: CONNECT_MODULES) in `make test-long` (marker `long`)."""
 
 from __future__ import annotations
 
@@ -29,13 +29,21 @@ CONNECT_CHECKS = "tests/connect/connect_checks.py"
 
 
 @pytest.mark.slow
-def test_engine_third_and_connect_checks_through_spark_connect(
-    connect_server: ConnectServer, tmp_path: Path
-) -> None:
+def test_connect_checks_through_spark_connect(connect_server: ConnectServer, tmp_path: Path) -> None:
+    """`make test`'s Connect run beside the integration project: the client-side paths (the
+    files through pyarrow.fs, plan checks by the server's analyzer, every clause kind, the
+    change feed, a partitioned table, a cardinality error, crash and recovery, optimize)."""
     passed, out = run_engine_third(
-        {"ROWMERGE_TEST_REMOTE": connect_server.url},
-        tmp_path / "t",
-        NOT_ON_CONNECT,
-        [*CONNECT_MODULES, CONNECT_CHECKS],
+        {"ROWMERGE_TEST_REMOTE": connect_server.url}, tmp_path / "t", modules=[CONNECT_CHECKS]
     )
-    assert passed >= 88 + 9, out[-3000:]
+    assert passed >= 10, out[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_engine_third_through_spark_connect(connect_server: ConnectServer, tmp_path: Path) -> None:
+    """`make test-long`: the Connect half of the engine third (CONNECT_MODULES) in one client."""
+    passed, out = run_engine_third(
+        {"ROWMERGE_TEST_REMOTE": connect_server.url}, tmp_path / "t", NOT_ON_CONNECT, CONNECT_MODULES
+    )
+    assert passed >= 88, out[-3000:]
