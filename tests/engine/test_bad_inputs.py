@@ -1546,9 +1546,9 @@ PLACES_FILES_JOURNALS = [
         {"target": "{db}.jf", "change_data_feed": None},
         JournalError,
         "cannot be read by this release",
-        "entry format 4",
+        "entry format 5",
         watch=("jf",),
-        setup=_tampered("jf", lambda folder, db: {_v(1): _entry_json(1, f"{db}.jf", format=4)}),
+        setup=_tampered("jf", lambda folder, db: {_v(1): _entry_json(1, f"{db}.jf", format=5)}),
     ),
     case(
         "journal-removes-file-of-another-folder",

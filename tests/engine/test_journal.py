@@ -490,14 +490,14 @@ def test_journal_entry_of_a_newer_format_asks_for_an_upgrade(spark, db, monkeypa
     path = log_dir(spark, t) / f"{1:020d}.json"
     # The entry reads back exactly as it was written (one parser, one serializer).
     assert json.loads(journal_module.Entry.parse(path.read_text(), 1).to_json()) == committed
-    newer = json.dumps({**committed, "format": 4, "added": "laid out some other way"})
+    newer = json.dumps({**committed, "format": 5, "added": "laid out some other way"})
     path.write_text(newer)
     before = file_snapshot(spark, t), rows(spark, t)
     with pytest.raises(JournalError) as info:
         recover(spark, t)
     assert str(info.value) == (
         f"The journal of {t} cannot be read by this release: version 1's entry file:{path} was "
-        "written by a newer rowmerge (entry format 4; this release reads formats up to 3). Upgrade "
+        "written by a newer rowmerge (entry format 5; this release reads formats up to 4). Upgrade "
         "dbt-rowmerge to the release that wrote it (every writer of a table must run the same "
         "release, or a newer one). Nothing was changed."
     )
@@ -511,8 +511,8 @@ def test_journal_entry_of_a_newer_format_asks_for_an_upgrade(spark, db, monkeypa
 @pytest.mark.parametrize(
     "fmt, error, reason",
     [
-        (4, journal_module.EntryTooNew, "was written by a newer rowmerge (entry format 4"),
-        (0, journal_module.EntryInvalid, "has format 0; this release reads formats 1 to 3"),
+        (5, journal_module.EntryTooNew, "was written by a newer rowmerge (entry format 5"),
+        (0, journal_module.EntryInvalid, "has format 0; this release reads formats 1 to 4"),
         ("1", journal_module.EntryInvalid, "has `format` = '1', not a whole number"),
     ],
 )

@@ -10,7 +10,7 @@ import pathlib
 ENGINE = pathlib.Path(__file__).resolve().parents[2] / "dbt" / "adapters" / "rowmerge" / "merge"
 JOURNAL = ENGINE / "journal"
 # The journal's parts, lowest first: each may import only the parts before it.
-JOURNAL_PARTS = ["layout", "entry", "log", "checkpoint", "checks", "commit", "apply"]
+JOURNAL_PARTS = ["layout", "retention", "entry", "log", "checkpoint", "snapshots", "checks", "commit", "apply"]
 
 
 def _relative_imports(path: pathlib.Path, level: int) -> list[tuple[str, str]]:

@@ -186,8 +186,8 @@ def test_parse_spec_collects_every_problem_at_once() -> None:
         "unknown spec key(s) extra; expected some of allow_empty_source, auto_compact, "
         "auto_compact_max_files, auto_compact_max_mb, auto_compact_min_files, change_data_feed, "
         "clauses, cluster_by, constraints, lock_timeout_s, max_delete_fraction, on, on_origin, "
-        "optimize_every, schema_evolution, skip_unchanged_updates, source, source_alias, target, "
-        "target_alias, target_file_size_mb, version",
+        "optimize_every, retain_hours, retain_versions, schema_evolution, skip_unchanged_updates, "
+        "source, source_alias, target, target_alias, target_file_size_mb, version",
         "`version` must be 1, got 2",
         "`target` is required and must be a non-empty string",
         "`skip_unchanged_updates` must be true or false, got 'yes'",
@@ -354,9 +354,12 @@ def test_upkeep_defaults_and_values() -> None:
             auto_compact_min_files=4,
             auto_compact_max_files=10,
             auto_compact_max_mb=64,
+            retain_versions=0,
+            retain_hours=36,
         )
     ).upkeep
-    assert parsed == Upkeep(False, 0.5, ("id",), 24, 4, 10, 64.0)
+    assert parsed == Upkeep(False, 0.5, ("id",), 24, 4, 10, 64.0, 0, 36.0)
+    assert (Upkeep().retain_versions, Upkeep().retain_hours) == (None, None)  # the table's, else default
     assert parse_spec(spec(cluster_by=[" a ", "b"])).upkeep.cluster_by == ("a", "b")
 
 
@@ -379,6 +382,12 @@ def test_upkeep_defaults_and_values() -> None:
             "`cluster_by` must be a column name or a list of column names, got ['a', '']",
         ),
         ("cluster_by", ["a", "A"], "`cluster_by` names a column twice: ['a', 'A']"),
+        ("retain_versions", -1, "`retain_versions` must be a whole number >= 0, got -1"),
+        ("retain_versions", 2.5, "`retain_versions` must be a whole number >= 0, got 2.5"),
+        ("retain_versions", "7", "`retain_versions` must be a whole number >= 0, got '7'"),
+        ("retain_hours", -0.5, "`retain_hours` must be a number >= 0, got -0.5"),
+        ("retain_hours", float("inf"), "`retain_hours` must be a number >= 0, got inf"),
+        ("retain_hours", True, "`retain_hours` must be a number >= 0, got True"),
     ],
 )
 def test_upkeep_problems_name_the_key(key: str, value: Any, problem: str) -> None:

@@ -6,9 +6,11 @@ Public API (stable): ``run_merge(spark, spec)``, ``dry_run(spark, spec)``, ``rec
 refresh as a version),
 ``initial_rows(spark, spec)``, ``table_stats(spark, table_name)``,
 ``optimize(spark, table_name, ...)`` (compact small files; a version of its own),
+``as_of(spark, table_name, version=None, timestamp=None)`` (the table at a past version),
 ``MergeResult``, ``DryRunReport``, ``Recovery`` and the error classes.
 """
 
+from .as_of import as_of
 from .errors import (
     CardinalityViolation,
     CastError,
@@ -56,6 +58,7 @@ __all__ = [
     "StorageError",
     "UnreadableFileError",
     "UnsupportedTableError",
+    "as_of",
     "changes_range",
     "dry_run",
     "finish_refresh",

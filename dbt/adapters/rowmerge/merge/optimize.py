@@ -36,7 +36,7 @@ from .callsites import without_call_sites
 from .compaction import DataFile, Group
 from .errors import MergeCommittedError, MergeError, MergeSpecError
 from .filestats import indexed_columns
-from .journal import Entry, Journal
+from .journal import Entry, Journal, Retention, chosen_retention
 from .lock import TableLock
 from .notices import warn
 from .outputs import q
@@ -193,7 +193,9 @@ def _optimize(
         versions = [0]
     # A cluster_by given here is the table's from now on; otherwise the stored one stays.
     keep = tuple(cluster) if upkeep.cluster_by is not None else stored
-    entry = compact(spark, journal, lock, target, groups, list(cluster), upkeep, snapshot, keep)
+    stored_retention = newest.retention if newest is not None else None
+    retention = chosen_retention(upkeep.retain_versions, upkeep.retain_hours, stored_retention)
+    entry = compact(spark, journal, lock, target, groups, list(cluster), upkeep, snapshot, keep, retention)
     logger.info("rowmerge: optimized %s: version %d", target.name, entry.version)
     return OptimizeResult(
         target.name, entry.version, *before, len(entry.removed), sum(f.size for f in entry.removed),
@@ -303,10 +305,11 @@ def compact(
     upkeep: Upkeep,
     snapshot: dict[str, FileInfo],
     cluster_by: Sequence[str] | None,
+    retention: Retention | None,
 ) -> Entry:
     """Rewrite ``groups`` and commit them as an OPTIMIZE version (hold the lock); steps 2-4 of
-    the module doc. ``keys``: what rows are ordered by; ``cluster_by``: the table's clustering
-    to record (None: none)."""
+    the module doc. ``keys``: what rows are ordered by; ``cluster_by``, ``retention``: the
+    table's clustering and retention to record (None: none)."""
     metrics: dict[str, Any] = {"numTargetRowsInserted": 0}
     staging = journal.stage()
     committed = False
@@ -359,6 +362,7 @@ def compact(
                 metrics=metrics,
                 operation="OPTIMIZE",
                 cluster_by=cluster_by,
+                retention=retention,
             )
             lock.check()
             journal.check(entry, target, recovering=False)
@@ -471,7 +475,9 @@ def after_merge(
         len(groups),
     )
     try:
-        return compact(spark, journal, lock, target, groups, cluster, upkeep, listing, entry.cluster_by)
+        return compact(
+            spark, journal, lock, target, groups, cluster, upkeep, listing, entry.cluster_by, entry.retention
+        )
     except MergeCommittedError:
         raise
     except Exception as exc:  # noqa: BLE001 - the merge is committed; the files wait

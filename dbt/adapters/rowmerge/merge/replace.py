@@ -343,6 +343,7 @@ def _replace(
             catalog=shape.as_json() if shape is not None else None,
             # the table's clustering stays while its columns do (a reshape may drop one)
             cluster_by=_kept_clustering(newest.cluster_by if newest else None, fields),
+            retention=newest.retention if newest else None,
         )
         lock.check()
         journal.check(entry, target, recovering=False)

@@ -63,7 +63,7 @@ from .feed_range import ChangesRange
 from .feed_range import resolve as resolve_range
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
 from .guards import check_deletes, check_source
-from .journal import Entry, Journal, Recovery, Staging
+from .journal import Entry, Journal, Recovery, Retention, Staging, chosen_retention
 from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .notices import progress, warn
@@ -151,6 +151,7 @@ class Commit:
     time: datetime  # the entry's timestamp, _commit_timestamp, and what current_timestamp() reads
     skipping: Skipping | None  # how footer statistics rule files out (None: they cannot)
     cluster_by: tuple[str, ...] | None = None  # the table's clustering after this version
+    retention: Retention | None = None  # the table's retention after this version
 
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
@@ -234,6 +235,9 @@ def _prepare(
     cluster_by = (
         clustering_columns(target, wanted) if wanted is not None else newest.cluster_by if newest else None
     )
+    upkeep = parsed.upkeep
+    stored = newest.retention if newest else None
+    retention = chosen_retention(upkeep.retain_versions, upkeep.retain_hours, stored)
     raw_source = read_source(spark, parsed.source)
     plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
     feed = parsed.change_data_feed and not dry
@@ -250,7 +254,7 @@ def _prepare(
         source = materialize(spark, plan, raw_source, skipping.ranges if skipping else ())
     metrics["numSourceRows"] = source.num_rows
     version = journal.next_version(versions, target.name)
-    commit = Commit(version, snapshot, changes, initial, commit_time, skipping, cluster_by)
+    commit = Commit(version, snapshot, changes, initial, commit_time, skipping, cluster_by, retention)
     return plan, source, commit
 
 
@@ -469,6 +473,7 @@ def _merge(
                 feed=feed,
                 metrics=metrics.as_dict(),
                 cluster_by=commit.cluster_by,
+                retention=commit.retention,
             )
             # Everything that can fail runs before the entry exists (see the module doc).
             lock.check()

@@ -54,6 +54,8 @@ UPKEEP_KEYS = (
     "auto_compact_min_files",
     "auto_compact_max_files",
     "auto_compact_max_mb",
+    "retain_versions",
+    "retain_hours",
 )
 TOP_LEVEL_KEYS = {
     "version",
@@ -135,6 +137,10 @@ class Upkeep:
     min_files: int = DEFAULT_COMPACT_MIN_FILES  # files of one size tier before they merge
     max_files: int = DEFAULT_COMPACT_MAX_FILES  # at most this many files compacted per merge
     max_mb: float = DEFAULT_COMPACT_MAX_MB  # and at most this many MB
+    # How long replaced files are kept (journal/retention.py); None: the table's stored
+    # retention, else the default.
+    retain_versions: int | None = None
+    retain_hours: float | None = None
 
     @property
     def target_bytes(self) -> int:
@@ -176,6 +182,13 @@ def parse_upkeep(raw: Mapping[str, Any], problems: list[str]) -> Upkeep:
     if cluster_by is not None and len({c.lower() for c in cluster_by}) != len(cluster_by):
         problems.append(f"`cluster_by` names a column twice: {list(cluster_by)}")
     every = number("optimize_every", 0, True, 1)
+    versions = number("retain_versions", -1, True, 0)
+    hours = raw.get("retain_hours")
+    if hours is not None and (
+        isinstance(hours, bool) or not isinstance(hours, (int, float)) or not 0 <= hours < math.inf
+    ):
+        problems.append(f"`retain_hours` must be a number >= 0, got {hours!r}")
+        hours = None
     return Upkeep(
         auto_compact=auto,
         target_file_size_mb=number("target_file_size_mb", DEFAULT_TARGET_FILE_SIZE_MB, False, 1),
@@ -184,6 +197,8 @@ def parse_upkeep(raw: Mapping[str, Any], problems: list[str]) -> Upkeep:
         min_files=int(number("auto_compact_min_files", DEFAULT_COMPACT_MIN_FILES, True, 2)),
         max_files=int(number("auto_compact_max_files", DEFAULT_COMPACT_MAX_FILES, True, 2)),
         max_mb=number("auto_compact_max_mb", DEFAULT_COMPACT_MAX_MB, False, 1),
+        retain_versions=int(versions) if versions >= 0 else None,
+        retain_hours=float(hours) if hours is not None else None,
     )
 
 

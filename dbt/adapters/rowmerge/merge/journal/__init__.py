@@ -7,6 +7,7 @@ Layout (``_``-prefixed, so Spark, Hive, Trino and DuckDB never read it as data):
     <table>/_rowmerge_log/<version>.json           the entry; creating it (create-if-absent) commits
     <table>/_rowmerge_log/<version>.applied        written once every step of the entry is done
     <table>/_rowmerge_log/<version>.stats.json     file statistics as of that version (a cache)
+    <table>/_rowmerge_log/retained/<version>/...   files that version replaced, while retained
     <table>/_rowmerge_log/lock/                    the writer lease (see ``lock``)
 
 Version 0 describes the table as dbt created it (or as the first write found it). A writer
@@ -16,7 +17,8 @@ entry is validated exactly as recovery will validate it, so nothing that can be 
 left to fail after the commit point. After it, every step is idempotent and they run in an
 order that never hides a row from readers: add columns if absent, move each staged file
 into place if still staged, add new partitions if absent, then delete each replaced file if
-still there, then mark the entry applied. ``recover`` replays an unapplied entry any number
+still there (or, when the table retains them, move it into ``retained/<version>/``), then
+mark the entry applied. ``recover`` replays an unapplied entry any number
 of times; staging without an entry is rolled back.
 
 The journal owns its entries end to end: it hands a writer its staging folders, builds the
@@ -34,7 +36,9 @@ The parts, each building on the one before (one class, :class:`Journal`, in laye
 * ``layout``: where the files are, and shared values;
 * ``entry``: the entry format (parse, write, history rows);
 * ``log``: reading the log (listing, entries, history);
+* ``retention``: how long replaced files are kept in ``retained/<version>/``;
 * ``checkpoint``: file statistics folded from the entries, and their checkpoints;
+* ``snapshots``: any version's files, and where each lives now;
 * ``checks``: ownership, placement, and validation of an entry before it is applied;
 * ``commit``: building entries and the commit point;
 * ``apply``: rolling forward and recovery.
@@ -68,6 +72,9 @@ from .layout import (
     parse_iso,
     utc_now,
 )
+from .retention import DEFAULT_RETENTION, Retention
+from .retention import chosen as chosen_retention
+from .snapshots import Snapshot
 
 __all__ = [
     "APPLIED_SUFFIX",
@@ -75,6 +82,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_INTERVAL",
     "CHECKPOINT_SUFFIX",
+    "DEFAULT_RETENTION",
     "DATA_DIR",
     "ENTRY_FORMAT",
     "ENTRY_SUFFIX",
@@ -92,9 +100,12 @@ __all__ = [
     "FileEntry",
     "Journal",
     "Recovery",
+    "Retention",
     "StepNotDone",
+    "Snapshot",
     "Staging",
     "Written",
+    "chosen_retention",
     "history_row",
     "parse_iso",
     "utc_now",

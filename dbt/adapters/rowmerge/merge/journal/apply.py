@@ -22,7 +22,7 @@ from ..table import (
     sql_name,
 )
 from .commit import Writer
-from .entry import Entry, FeedFiles
+from .entry import Entry, FeedFiles, FileEntry
 from .layout import STAGING_DIR, VERSION_DIGITS
 
 
@@ -82,7 +82,10 @@ class Journal(Writer):
             register_partitions(spark, feed_ident, [cdf.partition])
         faults.fault_point(f"{steps}registered")
         for i, f in enumerate(entry.removed):
-            self.remove_replaced(f.path, entry.version)
+            if entry.retains:
+                self.retain_replaced(f, entry.version)
+            else:
+                self.remove_replaced(f.path, entry.version)
             faults.fault_point(f"{steps}delete_{i}")
         faults.fault_point(f"{steps}before_applied")
         marker = self.applied_path(entry.version)
@@ -103,6 +106,31 @@ class Journal(Writer):
         if self.storage.exists(path) and not self.storage.exists(staged):
             return
         raise StepNotDone(f"could not move {staged} to {path}: the storage reported the move as not done")
+
+    def retain_replaced(self, f: FileEntry, version: int) -> None:
+        """Move a file ``version`` replaces out of the table into ``retained/<version>/``.
+
+        Repeatable: a file already moved (an earlier replay) is done, and so is one that is
+        gone from both places (someone deleted it: the table is right without it, and reading
+        an older version that needs it will say the file is missing). A move the storage
+        refuses stops the apply, as a refused delete does.
+        """
+        kept = self.retained_path(version, f.path)
+        try:
+            if self.storage.rename(f.path, kept) or self.storage.exists(kept):
+                return
+            reason = "the storage reported the move as not done"
+        except FileNotFoundError:
+            return
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises, Hadoop returns false
+            reason = spark_reason(exc)
+        if not self.storage.exists(f.path):
+            return
+        why = self.storage.removal_problem(f.path)
+        raise StepNotDone(
+            f"could not move {f.path}, which version {version} replaces, to {kept} ({why or reason}); "
+            "until it is moved, readers see its rows next to their new version"
+        )
 
     def remove_replaced(self, path: str, version: int) -> None:
         """Delete a file ``version`` replaces. A delete the storage reports as not done (Hadoop

@@ -10,12 +10,12 @@ from ..errors import ConcurrentMergeError, JournalError, StorageError, Unsupport
 from ..sqltext import check_path_safe, parse_name, same_table
 from ..storage import FileInfo, is_hidden
 from ..table import TargetTable
-from .checkpoint import Checkpoints
 from .entry import Entry, FeedFiles
 from .layout import LOG_DIR, MAX_VERSION, TXN, ancestors, inside, layout_problems
+from .snapshots import Snapshots
 
 
-class Checks(Checkpoints):
+class Checks(Snapshots):
     """The table's files now, whose journal this is, and whether an entry may be applied."""
 
     def snapshot(self) -> dict[str, FileInfo]:

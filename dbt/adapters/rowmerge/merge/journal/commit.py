@@ -16,6 +16,7 @@ from ..table import COMMIT_VERSION, TargetTable
 from .checks import Checks
 from .entry import Entry, FeedFiles, FileEntry
 from .layout import MAX_VERSION, Staging, below, iso, new_txn, spec_digest, utc_now
+from .retention import Retention
 
 
 class Written(Protocol):
@@ -100,6 +101,7 @@ class Writer(Checks):
         feed_skipped: str | None = None,
         catalog: Mapping[str, Any] | None = None,
         cluster_by: Sequence[str] | None = None,
+        retention: Retention | None = None,
     ) -> Entry:
         """The entry of a merge (or of a full refresh: ``operation`` REPLACE TABLE; of a
         compaction: OPTIMIZE) planned as ``version``: everything recovery needs to finish it.
@@ -109,7 +111,9 @@ class Writer(Checks):
         schema evolution adds; ``feed``: the change-feed files staged in ``staging.cdf_dir``
         for ``changes``, whose columns are ``feed_columns``; ``timestamp``: the commit time
         (which the change rows repeat); ``cluster_by``: the table's clustering columns from
-        this version on (None: it has none).
+        this version on (None: it has none); ``retention``: the table's retention from this
+        version on (None: none stored), which also decides whether applying it keeps the
+        files it replaces (retention.py).
         """
         files = tuple(
             FileEntry(
@@ -160,6 +164,7 @@ class Writer(Checks):
             feed_skipped=feed_skipped,
             catalog=dict(catalog) if catalog is not None else None,
             cluster_by=tuple(cluster_by) if cluster_by is not None else None,
+            retention=retention,
         )
 
     def write_initial(self, entry: Entry) -> None:
@@ -265,6 +270,7 @@ class Writer(Checks):
                 metrics={},
                 reason=reason,
                 cluster_by=newest.cluster_by if newest is not None else None,
+                retention=newest.retention if newest is not None else None,
             )
             if self.storage.create_if_absent(self.entry_path(version), entry.to_json()):
                 self.storage.create_if_absent(self.applied_path(version), "")

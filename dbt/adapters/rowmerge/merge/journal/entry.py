@@ -12,13 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .retention import Retention
+
 # Format 2 is format 1 plus `catalog` (a full refresh that registers the table again,
-# reshape.py); format 3 adds the OPTIMIZE operation (optimize.py). An entry is written in the
-# lowest format that holds it, so an older release refuses only the entries it would misread
-# (asking for an upgrade) and reads every other one. `cluster_by` is optional in every format:
-# a release that does not know it ignores it.
+# reshape.py); format 3 adds the OPTIMIZE operation (optimize.py); format 4, an entry whose
+# apply keeps the files it replaces (retention.py) — a release that does not know retention
+# would delete them. An entry is written in the lowest format that holds it, so an older
+# release refuses only the entries it would misread (asking for an upgrade) and reads every
+# other one. `cluster_by` and `retention` are optional in every format: a release that does
+# not know them ignores them.
 FIRST_ENTRY_FORMAT = 1
-ENTRY_FORMAT = 3
+ENTRY_FORMAT = 4
 OPERATIONS = ("MERGE", "CREATE TABLE", "REPLACE TABLE", "CONVERT", "FENCE", "REBIND", "OPTIMIZE")
 # Operations that stage files of their own and replace others (the rest list files in place).
 WRITES = ("MERGE", "OPTIMIZE")
@@ -103,6 +107,15 @@ class Entry:
     # The table's clustering columns (optimize.py): set by the model's `cluster_by` or by an
     # optimize given one, and carried from entry to entry so every later compaction keeps it.
     cluster_by: tuple[str, ...] | None = None
+    # The table's retention from this version on (retention.py), carried from entry to entry;
+    # None: none stored (the default applies).
+    retention: Retention | None = None
+
+    @property
+    def retains(self) -> bool:
+        """Applying this version moves the files it replaces into its ``retained/`` folder
+        instead of deleting them."""
+        return bool(self.removed) and self.retention is not None and self.retention.on
 
     def partition_layout(self, current: Sequence[str]) -> list[str]:
         """The partition columns this entry's files are laid out by: the catalog's it
@@ -120,6 +133,8 @@ class Entry:
     @property
     def format(self) -> int:
         """The lowest entry format that holds this entry."""
+        if self.retains:
+            return 4
         if self.operation == "OPTIMIZE":
             return 3
         return 2 if self.catalog is not None else FIRST_ENTRY_FORMAT
@@ -151,6 +166,8 @@ class Entry:
             out["catalog"] = self.catalog
         if self.cluster_by is not None:
             out["cluster_by"] = list(self.cluster_by)
+        if self.retention is not None:
+            out["retention"] = self.retention.as_json()
         out["added"] = [f.as_json() for f in self.added]
         out["removed"] = [f.as_json() for f in self.removed]
         if self.is_write:
@@ -225,7 +242,23 @@ class Entry:
             feed_skipped=raw.get("feed_skipped") if isinstance(raw.get("feed_skipped"), str) else None,
             catalog=r.mapping("catalog") if merge and entry_format >= 2 and "catalog" in raw else None,
             cluster_by=tuple(r.strings("cluster_by")) if "cluster_by" in raw else None,
+            retention=_retention(r, entry_format),
         )
+
+
+def _retention(r: Reader, entry_format: int) -> Retention | None:
+    """The stored retention. In a format-4 entry it decides what apply does with the replaced
+    files, so a malformed one is damage; in an older format a release that wrote it only
+    carried it (it removed nothing), and an odd one is ignored."""
+    if "retention" not in r.raw:
+        return None
+    found = Retention.from_json(r.raw["retention"])
+    if found is None and entry_format >= 4:
+        raise EntryInvalid(
+            f'has `retention` = {r.raw["retention"]!r}, not {{"versions": <whole number >= 0>, '
+            '"hours": <number >= 0>}'
+        )
+    return found
 
 
 class Reader:

@@ -21,6 +21,7 @@ from ..table import partition_values
 
 LOG_DIR = "_rowmerge_log"
 STAGING_DIR = "staging"
+RETAINED_DIR = "retained"  # files replaced by a version, kept while retention lasts (retention.py)
 DATA_DIR = "data"
 CDF_DIR = "cdf"
 ENTRY_SUFFIX = ".json"
@@ -152,3 +153,15 @@ class JournalFiles:
 
     def checkpoint_path(self, version: int) -> str:
         return f"{self.log_dir}/{version:0{VERSION_DIGITS}d}{CHECKPOINT_SUFFIX}"
+
+    def retained_dir(self, version: int) -> str:
+        """Where the files ``version`` replaced are kept (retention.py)."""
+        return f"{self.log_dir}/{RETAINED_DIR}/{version:0{VERSION_DIGITS}d}"
+
+    def retained_path(self, version: int, path: str) -> str:
+        """Where ``path``, a file of the table that ``version`` replaced, is kept: at the same
+        place below ``retained/<version>/`` as below the table (its partition folders too)."""
+        rel = inside(path, self.location)
+        if rel is None:
+            raise ValueError(f"{path} is not a data file of the table at {self.location}")
+        return f"{self.retained_dir(version)}/{rel}"

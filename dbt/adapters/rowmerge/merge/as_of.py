@@ -1,0 +1,137 @@
+"""``as_of``: a table as it was at any version its journal can still describe, as a DataFrame.
+
+The journal names every file of every version and, with retention (journal/retention.py),
+the files later versions replaced are still there, in ``_rowmerge_log/retained/<k>/``. So a
+past version is read like the table itself — the same format, the table's current columns
+(a column added since reads as NULL in older files), its partition columns parsed from the
+folders — from the files where they are now. Nothing is written and no lock is taken.
+
+The DataFrame reads the files when it runs, as any Spark read does: a merge into the table
+before that moves files the version still has (into ``retained/``), and the read then fails
+with a missing file. Read it right away (or cache it), as the ``rowmerge_as_of`` macro's
+model does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from .callsites import without_call_sites
+from .errors import MergeSpecError
+from .feed_range import parse_timestamp
+from .journal import Journal, Snapshot
+from .journal.layout import inside
+from .run import load_or_finish, open_journal, storage_errors
+from .table import TargetTable, load_target
+
+logger = logging.getLogger("rowmerge")
+
+
+def as_of(
+    spark: SparkSession,
+    table: str,
+    version: int | None = None,
+    timestamp: str | datetime | None = None,
+) -> DataFrame:
+    """The rows of ``table`` at ``version``, or at the newest version committed at or before
+    ``timestamp`` (ISO 8601 text, UTC unless it says otherwise, or a datetime).
+
+    Raises MergeSpecError for bad arguments and JournalError for a version the journal cannot
+    give back (none such, or its files are gone: the message names the oldest readable one).
+    """
+    when = _arguments(version, timestamp)
+    with without_call_sites(), storage_errors(f"Reading {table} as of a version"):
+        load_or_finish(spark, table)
+        target = load_target(spark, table)
+        journal = open_journal(spark, target.location)
+        journal.check_placement(table)
+        return read_version(spark, journal, target, version, when)
+
+
+def read_version(
+    spark: SparkSession,
+    journal: Journal,
+    target: TargetTable,
+    version: int | None,
+    when: datetime | None,
+) -> DataFrame:
+    """``target`` at ``version`` (or at the newest version at or before ``when``)."""
+    journal.check_bound(target)
+    versions, applied = journal.listing()
+    if not versions:  # never merged into: the table as found is its only version, 0
+        if version == 0:
+            return target.read(spark)
+        raise MergeSpecError(
+            [
+                f"{target.name} has no journal yet (no merge, optimize or full refresh has run on it "
+                "since rowmerge found it), so it has only its current rows, version 0"
+            ]
+        )
+    entries = journal.all_entries(versions, target.name)
+    if version is None:
+        assert when is not None
+        version = journal.version_at(entries, when, target.name)
+    snapshot = journal.snapshot_of(version, entries, applied, target.name)
+    if versions[-1] not in applied:
+        snapshot = _in_flight(journal, snapshot)
+    logger.info(
+        "rowmerge: %s as of version %d: %d file(s)", target.name, snapshot.version, len(snapshot.files)
+    )
+    return _read(spark, journal, target, snapshot)
+
+
+def _arguments(version: Any, timestamp: Any) -> datetime | None:
+    problems = []
+    if (version is None) == (timestamp is None):
+        problems.append("give exactly one of `version` and `timestamp`")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
+        problems.append(f"`version` must be a whole number >= 0, got {version!r}")
+    when = None
+    if timestamp is not None:
+        try:
+            when = parse_timestamp(timestamp)
+        except ValueError as exc:
+            problems.append(f"`timestamp`: {exc}")
+    if problems:
+        raise MergeSpecError(problems)
+    return when
+
+
+def _in_flight(journal: Journal, snapshot: Snapshot) -> Snapshot:
+    """The newest version is committed but not applied yet (a merge is moving its files, or
+    one died doing so): each file where it is found, of the places it can be."""
+    files = []
+    for f, where in snapshot.files:
+        candidates = [where, f.path, *([f.staged] if f.staged else [])]
+        found = next((c for c in candidates if journal.storage.exists(c)), where)
+        files.append((f, found))
+    return Snapshot(snapshot.version, snapshot.timestamp, tuple(files))
+
+
+def _read(spark: SparkSession, journal: Journal, target: TargetTable, snapshot: Snapshot) -> DataFrame:
+    """Read the snapshot's files with the table's columns; partition values come from the
+    folders below each file's base (the table, or a version's ``retained/`` folder)."""
+    if not snapshot.files:
+        return spark.createDataFrame([], target.schema)
+    storage = journal.storage
+    if not target.partition_columns:
+        paths = [storage.to_spark_path(where) for _, where in snapshot.files]
+        return spark.read.format(target.file_format).schema(target.schema).load(paths)
+    by_base: dict[str, list[str]] = defaultdict(list)
+    for f, where in snapshot.files:
+        rel = inside(f.path, journal.location)
+        base = where[: -len(rel) - 1] if rel and where.endswith("/" + rel) else journal.location
+        by_base[base].append(storage.to_spark_path(where))
+    frames = []
+    for base, paths in sorted(by_base.items()):
+        reader = spark.read.format(target.file_format).schema(target.schema)
+        frames.append(reader.option("basePath", storage.to_spark_path(base)).load(paths))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
