@@ -7,6 +7,7 @@ refresh as a version),
 ``initial_rows(spark, spec)``, ``table_stats(spark, table_name)``,
 ``optimize(spark, table_name, ...)`` (compact small files; a version of its own),
 ``as_of(spark, table_name, version=None, timestamp=None)`` (the table at a past version),
+``restore(spark, table_name, version=None, timestamp=None, ...)`` (its rows again, as a version),
 ``MergeResult``, ``DryRunReport``, ``Recovery`` and the error classes.
 """
 
@@ -33,6 +34,7 @@ from .metrics import DryRunReport, MergeResult
 from .optimize import OptimizeResult, optimize
 from .replace import NO_JOURNAL, Replaced, replace_problem, replace_table
 from .reshape import finish_refresh
+from .restore import RestoreResult, restore
 from .run import changes_range, dry_run, history, rebind, recover, run_merge, start_history, table_stats
 from .spec import MergeSpec, merge_sql, parse_spec, static_problems
 
@@ -55,6 +57,7 @@ __all__ = [
     "MergeSpecError",
     "Recovery",
     "Replaced",
+    "RestoreResult",
     "StorageError",
     "UnreadableFileError",
     "UnsupportedTableError",
@@ -71,6 +74,7 @@ __all__ = [
     "replace_problem",
     "replace_table",
     "recover",
+    "restore",
     "run_merge",
     "start_history",
     "static_problems",

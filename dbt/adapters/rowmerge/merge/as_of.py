@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from .callsites import without_call_sites
 from .errors import MergeSpecError
 from .feed_range import parse_timestamp
-from .journal import Journal, Snapshot
+from .journal import FileEntry, Journal, Snapshot
 from .journal.layout import inside
 from .run import load_or_finish, open_journal, storage_errors
 from .table import TargetTable, load_target
@@ -82,7 +83,7 @@ def read_version(
     logger.info(
         "rowmerge: %s as of version %d: %d file(s)", target.name, snapshot.version, len(snapshot.files)
     )
-    return _read(spark, journal, target, snapshot)
+    return read_files(spark, journal, target, snapshot.files)
 
 
 def _arguments(version: Any, timestamp: Any) -> datetime | None:
@@ -113,17 +114,20 @@ def _in_flight(journal: Journal, snapshot: Snapshot) -> Snapshot:
     return Snapshot(snapshot.version, snapshot.timestamp, tuple(files))
 
 
-def _read(spark: SparkSession, journal: Journal, target: TargetTable, snapshot: Snapshot) -> DataFrame:
-    """Read the snapshot's files with the table's columns; partition values come from the
-    folders below each file's base (the table, or a version's ``retained/`` folder)."""
-    if not snapshot.files:
+def read_files(
+    spark: SparkSession, journal: Journal, target: TargetTable, files: Sequence[tuple[FileEntry, str]]
+) -> DataFrame:
+    """Read ``files`` (each file as a version had it, and where it is now) with the table's
+    columns; partition values come from the folders below each file's base (the table, or a
+    version's ``retained/`` folder)."""
+    if not files:
         return spark.createDataFrame([], target.schema)
     storage = journal.storage
     if not target.partition_columns:
-        paths = [storage.to_spark_path(where) for _, where in snapshot.files]
+        paths = [storage.to_spark_path(where) for _, where in files]
         return spark.read.format(target.file_format).schema(target.schema).load(paths)
     by_base: dict[str, list[str]] = defaultdict(list)
-    for f, where in snapshot.files:
+    for f, where in files:
         rel = inside(f.path, journal.location)
         base = where[: -len(rel) - 1] if rel and where.endswith("/" + rel) else journal.location
         by_base[base].append(storage.to_spark_path(where))

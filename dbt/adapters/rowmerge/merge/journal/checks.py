@@ -11,7 +11,16 @@ from ..sqltext import check_path_safe, parse_name, same_table
 from ..storage import FileInfo, is_hidden
 from ..table import TargetTable
 from .entry import Entry, FeedFiles
-from .layout import LOG_DIR, MAX_VERSION, TXN, ancestors, inside, layout_problems
+from .layout import (
+    LOG_DIR,
+    MAX_VERSION,
+    RETAINED_DIR,
+    TXN,
+    VERSION_DIGITS,
+    ancestors,
+    inside,
+    layout_problems,
+)
 from .snapshots import Snapshots
 
 
@@ -103,7 +112,9 @@ class Checks(Snapshots):
                     f"adds added[{i}] {f.path}, which is not a data file of the table at {self.location}"
                 )
                 continue
-            if f.staged is None or inside(f.staged, data_staging) != rel:
+            if entry.operation == "RESTORE":
+                out += self._restore_problems(entry, i, f.staged, rel)
+            elif f.staged is None or inside(f.staged, data_staging) != rel:
                 out.append(f"stages added[{i}] at {f.staged}, not at {data_staging}/{rel}")
             out += layout_problems(f"added[{i}]", rel, parts)
         for i, f in enumerate(entry.removed):
@@ -119,6 +130,15 @@ class Checks(Snapshots):
         if entry.cdf is not None:
             out += self._feed_problems(entry, entry.cdf)
         return out
+
+    def _restore_problems(self, entry: Entry, i: int, staged: str | None, rel: str) -> list[str]:
+        """A RESTORE brings ``added[i]`` back from the folder of the version that retained it:
+        ``retained/<k>/<its path below the table>``, for a ``k`` before the restore."""
+        found = inside(staged, f"{self.log_dir}/{RETAINED_DIR}") if staged else None
+        k, _, below_k = (found or "").partition("/")
+        if not (k.isdigit() and len(k) == VERSION_DIGITS and int(k) < entry.version and below_k == rel):
+            return [f"brings added[{i}] back from {staged}, not from a version's retained/<k>/{rel}"]
+        return []
 
     def _feed_problems(self, entry: Entry, cdf: FeedFiles) -> list[str]:
         out: list[str] = []
@@ -199,6 +219,7 @@ class Checks(Snapshots):
                 outside.append(f"{path} (its folder is {real}, outside {real_top})")
 
         staging = self.staging(entry.txn).dir if entry.txn and TXN.match(entry.txn) else None
+        retained = f"{self.log_dir}/{RETAINED_DIR}"
         for f in entry.added:
             check(f.path, self.location)
         for f in entry.removed:
@@ -207,7 +228,9 @@ class Checks(Snapshots):
             for f in entry.cdf.files:
                 check(f.path, entry.cdf.location)
         for f in entry.moves():
-            if f.staged and staging:
+            if f.staged and f.staged.startswith(retained + "/"):
+                check(f.staged, retained)
+            elif f.staged and staging:
                 check(f.staged, staging)
         if not outside:
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -166,6 +167,50 @@ class Writer(Checks):
             cluster_by=tuple(cluster_by) if cluster_by is not None else None,
             retention=retention,
         )
+
+    def restore_entry(
+        self,
+        staging: Staging,
+        *,
+        version: int,
+        timestamp: datetime,
+        target: TargetTable,
+        restored: int,
+        back: Sequence[tuple[FileEntry, str]],
+        removed: Sequence[FileEntry],
+        changes: ChangeTable | None,
+        feed_columns: StructType | None,
+        feed: Sequence[Written],
+        metrics: Mapping[str, Any],
+        cluster_by: Sequence[str] | None,
+        retention: Retention | None,
+    ) -> Entry:
+        """The entry of a RESTORE planned as ``version``, which makes the table's rows those of
+        version ``restored`` again: ``back``, each file of ``restored`` the table lacks now and
+        the retained copy it moves back from; ``removed``, the current files ``restored`` did
+        not have. Its change rows (``feed``) are staged like a merge's."""
+        files = tuple(FileEntry(f.path, f.size, f.rows, staged=where, stats=f.stats) for f, where in back)
+        partitions: set[str] = set()
+        if target.partition_columns:
+            partitions = {f.path[len(self.location) + 1 :].rsplit("/", 1)[0] for f in files}
+        entry = self.merge_entry(
+            staging,
+            version=version,
+            timestamp=timestamp,
+            target=target,
+            spec={"operation": "RESTORE", "restored": restored},
+            added=(),
+            removed=[(f.path, f.size, f.rows) for f in removed],
+            new_columns=(),
+            changes=changes,
+            feed_columns=feed_columns,
+            feed=feed,
+            metrics=metrics,
+            operation="RESTORE",
+            cluster_by=cluster_by,
+            retention=retention,
+        )
+        return replace(entry, added=files, partitions=tuple(sorted(partitions)), restored=restored)
 
     def write_initial(self, entry: Entry) -> None:
         """Create version 0 (the table as created or as found), already applied."""

@@ -17,15 +17,26 @@ from .retention import Retention
 # Format 2 is format 1 plus `catalog` (a full refresh that registers the table again,
 # reshape.py); format 3 adds the OPTIMIZE operation (optimize.py); format 4, an entry whose
 # apply keeps the files it replaces (retention.py) — a release that does not know retention
-# would delete them. An entry is written in the lowest format that holds it, so an older
-# release refuses only the entries it would misread (asking for an upgrade) and reads every
-# other one. `cluster_by` and `retention` are optional in every format: a release that does
-# not know them ignores them.
+# would delete them — and the RESTORE operation (restore.py), which moves retained files
+# back. An entry is written in the lowest format that holds it, so an older release refuses
+# only the entries it would misread (asking for an upgrade) and reads every other one.
+# `cluster_by` and `retention` are optional in every format: a release that does not know
+# them ignores them.
 FIRST_ENTRY_FORMAT = 1
 ENTRY_FORMAT = 4
-OPERATIONS = ("MERGE", "CREATE TABLE", "REPLACE TABLE", "CONVERT", "FENCE", "REBIND", "OPTIMIZE")
+OPERATIONS = (
+    "MERGE",
+    "CREATE TABLE",
+    "REPLACE TABLE",
+    "CONVERT",
+    "FENCE",
+    "REBIND",
+    "OPTIMIZE",
+    "RESTORE",
+)
 # Operations that stage files of their own and replace others (the rest list files in place).
-WRITES = ("MERGE", "OPTIMIZE")
+# A RESTORE's data files are "staged" in the retained folders it brings them back from.
+WRITES = ("MERGE", "OPTIMIZE", "RESTORE")
 
 
 class EntryInvalid(ValueError):
@@ -110,6 +121,7 @@ class Entry:
     # The table's retention from this version on (retention.py), carried from entry to entry;
     # None: none stored (the default applies).
     retention: Retention | None = None
+    restored: int | None = None  # RESTORE only: the version whose rows it brings back
 
     @property
     def retains(self) -> bool:
@@ -133,7 +145,7 @@ class Entry:
     @property
     def format(self) -> int:
         """The lowest entry format that holds this entry."""
-        if self.retains:
+        if self.retains or self.operation == "RESTORE":
             return 4
         if self.operation == "OPTIMIZE":
             return 3
@@ -160,6 +172,8 @@ class Entry:
             )
         if self.reason is not None:
             out["reason"] = self.reason
+        if self.restored is not None:
+            out["restored"] = self.restored
         if self.feed_skipped is not None:
             out["feed_skipped"] = self.feed_skipped
         if self.catalog is not None:
@@ -243,6 +257,7 @@ class Entry:
             catalog=r.mapping("catalog") if merge and entry_format >= 2 and "catalog" in raw else None,
             cluster_by=tuple(r.strings("cluster_by")) if "cluster_by" in raw else None,
             retention=_retention(r, entry_format),
+            restored=r.integer("restored") if operation == "RESTORE" else None,
         )
 
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from ..errors import JournalError
 from .checkpoint import ENTRY_READ_THREADS, Checkpoints
 from .entry import Entry, FileEntry, fold
-from .layout import RETAINED_DIR, VERSION_DIGITS, parse_iso
+from .layout import parse_iso
 
 
 @dataclass(frozen=True)
@@ -49,19 +49,6 @@ class Snapshots(Checkpoints):
             )
         return found[-1]
 
-    def lost_before(self, entries: Sequence[Entry], applied: Collection[int]) -> int:
-        """The oldest version whose files can all still be found: every version before the
-        newest one that replaced files without keeping them (retention off, or expired) had
-        some of its files deleted. (An entry not applied yet keeps them where they are.)"""
-        kept = set(self.storage.list_names(f"{self.log_dir}/{RETAINED_DIR}"))
-        oldest = entries[0].version if entries else 0
-        for e in entries:
-            if not e.removed or (e.retains and e.version not in applied):
-                continue
-            if not (e.retains and f"{e.version:0{VERSION_DIGITS}d}" in kept):
-                oldest = max(oldest, e.version)
-        return oldest
-
     def snapshot_of(
         self, version: int, entries: Sequence[Entry], applied: Collection[int], table: str
     ) -> Snapshot:
@@ -87,24 +74,27 @@ class Snapshots(Checkpoints):
                     f"and versions before that are not readable through the table as it is now. "
                     f"Versions {e.version} and later can be. Nothing was read."
                 )
-        oldest = self.lost_before(entries, applied)
-        if version < oldest:
-            raise JournalError(
-                f"Version {version} of {table} can no longer be read: files it holds were deleted "
-                f"when a later version replaced them (retention was off, or vacuum expired them). "
-                f"The oldest version that can be read is {oldest}. Nothing was read."
-            )
         at: dict[str, FileEntry] = {}
         now: dict[str, FileEntry] = {}
-        removed_by: dict[str, int] = {}
+        # path -> (the last version that removed it, whether that version kept it)
+        removed_by: dict[str, tuple[int, bool]] = {}
         for e in entries:
             fold(now, e)
             if e.version <= version:
                 fold(at, e)
+            # an entry not applied yet has not moved its files anywhere: none is lost
+            kept = e.retains or e.version not in applied
             for f in e.removed:
-                removed_by[f.path] = e.version
+                removed_by[f.path] = (e.version, kept)
+        lost = [k for path, (k, kept) in removed_by.items() if not kept and path not in now]
+        if any(path not in now and not removed_by[path][1] for path in at):
+            raise JournalError(
+                f"Version {version} of {table} can no longer be read: files it holds were deleted "
+                f"when a later version replaced them (retention was off, or vacuum expired them). "
+                f"Every version from {max(lost)} on can be read. Nothing was read."
+            )
         files = tuple(
-            (f, path if path in now else self.retained_path(removed_by[path], path))
+            (f, path if path in now else self.retained_path(removed_by[path][0], path))
             for path, f in sorted(at.items())
         )
         return Snapshot(version, entries[versions.index(version)].timestamp, files)
