@@ -58,3 +58,30 @@
   {%- endfor -%}
   {{ return(none) }}
 {% endmacro %}
+
+
+{#-- Make a table's rows those of an earlier version again, as a RESTORE version (its change
+     rows describe exactly the rows that differ):
+     dbt run-operation rowmerge_restore --args '{relation: analytics.orders, version: 41}'
+     or {relation: ..., timestamp: "2026-11-26 09:00:00"} (UTC unless it says otherwise);
+     dry_run: true reports what it would change. unique_key defaults to the model's, so a
+     changed row shows as an update. Needs the version's files retained (retain_versions /
+     retain_hours). --#}
+{% macro rowmerge_restore(relation, version=none, timestamp=none, unique_key=none, dry_run=false) %}
+  {%- if not execute -%}{{ return('') }}{%- endif -%}
+  {%- set keys = unique_key if unique_key is not none else rowmerge_model_key(relation) -%}
+  {%- set done = adapter.rowmerge_restore(relation, version, timestamp, keys, dry_run) -%}
+  {{ log("rowmerge_restore " ~ relation ~ ": " ~ done.message, info=True) }}
+  {{ return(done) }}
+{% endmacro %}
+
+
+{#-- A table as of an earlier version, to select from in a model or an analysis:
+       select * from {{ rowmerge_as_of(ref('orders'), 41) }}
+       select * from {{ rowmerge_as_of(ref('orders'), timestamp='2026-11-26 09:00:00') }}
+     A temporary view of the session, created when the model runs (so a `view` model cannot
+     select from it: Spark refuses a persistent view over a temporary one). --#}
+{% macro rowmerge_as_of(relation, version=none, timestamp=none) %}
+  {%- if not execute -%}{{ return(relation) }}{%- endif -%}
+  {{ return(adapter.rowmerge_as_of_view(relation, version, timestamp)) }}
+{% endmacro %}

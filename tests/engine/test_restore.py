@@ -13,6 +13,7 @@ import pytest
 from dbt.adapters.rowmerge.merge import (
     JournalError,
     MergeSpecError,
+    UnsupportedTableError,
     as_of,
     faults,
     history,
@@ -244,3 +245,17 @@ def test_killed_at_any_step_the_table_and_feed_are_exactly_before_or_after(spark
     # the files the restore took out are retained, and version 1 still reads back
     if committed:
         assert _sorted(tuple(r) for r in as_of(spark, t, version=1).collect()) == saved[1]
+
+
+def test_a_file_another_job_wrote_into_the_folder_stops_it(spark, db):
+    t = _table(spark, db)
+    _history(spark, db, t, [[(1, "x")]], retain_versions=3)
+    spark.createDataFrame([(99, "foreign")], "id long, v string").coalesce(1).write.mode("append").parquet(
+        table_dir(spark, t)
+    )
+    state = folder_digest(table_dir(spark, t))
+    with pytest.raises(
+        UnsupportedTableError, match="its folder and its journal disagree about the current files"
+    ):
+        restore(spark, t, version=0)
+    assert folder_digest(table_dir(spark, t)) == state

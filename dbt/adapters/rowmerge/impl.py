@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,6 +31,11 @@ from dbt.adapters.rowmerge.session import session_for
 
 logger = AdapterLogger("RowMerge")
 T = TypeVar("T")
+
+
+def _relation_name(relation: Any) -> str:
+    """A relation as SQL names it (a dbt Relation renders itself; a string is taken as is)."""
+    return relation.render() if hasattr(relation, "render") else str(relation)
 
 
 class _ToDbtLog(logging.Handler):
@@ -268,7 +274,7 @@ class RowMergeAdapter(SparkAdapter):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """Compact the table's small files as an OPTIMIZE version (merge.optimize)."""
-        name = relation.render() if hasattr(relation, "render") else str(relation)
+        name = _relation_name(relation)
         done = self._engine(
             lambda spark: merge.optimize(
                 spark,
@@ -281,6 +287,42 @@ class RowMergeAdapter(SparkAdapter):
             name,
         )
         return {**done.as_dict(), "message": done.summary()}
+
+    @available
+    def rowmerge_restore(
+        self,
+        relation: Any,
+        version: int | None = None,
+        timestamp: str | None = None,
+        unique_key: Any = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Make the table's rows those of an earlier version again, as a RESTORE version."""
+        name = _relation_name(relation)
+        done = self._engine(
+            lambda spark: merge.restore(
+                spark, name, version, timestamp, unique_key=unique_key, dry_run=bool(dry_run)
+            ),
+            name,
+        )
+        return {**done.as_dict(), "message": done.summary()}
+
+    @available
+    def rowmerge_as_of_view(
+        self, relation: Any, version: int | None = None, timestamp: str | None = None
+    ) -> str:
+        """A temporary view of the table as of a version (merge.as_of), for a model's SQL to
+        select from; its name, back-quoted. One view per table and version, replaced on reuse."""
+        name = _relation_name(relation)
+
+        def view(spark: SparkSession) -> str:
+            df = merge.as_of(spark, name, version=version, timestamp=timestamp)
+            at = f"v{version}" if version is not None else "t" + re.sub(r"\W", "_", str(timestamp))
+            ident = re.sub(r"\W", "_", f"rowmerge_as_of__{name}__{at}").lower()
+            df.createOrReplaceTempView(ident)
+            return f"`{ident}`"
+
+        return self._engine(view, name)
 
     @available
     def rowmerge_rebind(self, relation: str) -> dict[str, Any]:

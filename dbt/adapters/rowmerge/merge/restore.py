@@ -22,7 +22,7 @@ commit point; then apply, which moves the retained files back like staged ones.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -44,7 +44,7 @@ from .cdf import (
     prepare_feed_table,
     write_feed_rows,
 )
-from .errors import MergeCommittedError, MergeSpecError
+from .errors import MergeCommittedError, MergeSpecError, UnsupportedTableError
 from .feed_range import parse_timestamp
 from .journal import Entry, Journal
 from .lock import TableLock
@@ -181,6 +181,8 @@ def _restore(
     newest = entries[-1]
     current = journal.snapshot_of(newest.version, entries, applied, target.name)
     current_paths = {f.path for f, _ in current.files}
+    listing = journal.snapshot()
+    _check_only_journal_files(target, current_paths, listing)
     back = [(f, where) for f, where in wanted.files if f.path not in current_paths]
     wanted_paths = {f.path for f, _ in wanted.files}
     out = [f for f, _ in current.files if f.path not in wanted_paths]
@@ -197,7 +199,6 @@ def _restore(
             target.name, None, version, len(out), len(back), *counts, change_table, dry_run=True
         )
 
-    listing = journal.snapshot()
     number = journal.next_version(versions, target.name)
     timestamp = journal.commit_time(versions, newest)
     fields = list(target.schema.fields)
@@ -254,6 +255,24 @@ def _restore(
     )
     logger.info("rowmerge: %s", done.summary())
     return done
+
+
+def _check_only_journal_files(target: TargetTable, known: set[str], listing: Mapping[str, Any]) -> None:
+    """Refuse when the table's folder and its journal disagree about the current files: a
+    file another job wrote would stay (the table would not be the version restored), one it
+    deleted would be missing from the rows the feed describes."""
+    foreign = sorted(set(listing) - known)
+    gone = sorted(known - set(listing))
+    if not (foreign or gone):
+        return
+    shown = ", ".join((foreign + gone)[:3])
+    raise UnsupportedTableError(
+        f"RESTORE of {target.name} refused: its folder and its journal disagree about the current "
+        f"files ({len(foreign)} file(s) the journal does not know, {len(gone)} it lists that are "
+        f"missing: {shown}). Another job wrote the table's folder without row_level_merge. Rebuild "
+        "the table with `dbt run --full-refresh`, or remove the foreign files, then run again. "
+        "Nothing was changed."
+    )
 
 
 def _key_columns(target: TargetTable, keys: Sequence[str]) -> list[str]:

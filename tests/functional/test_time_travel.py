@@ -1,0 +1,89 @@
+"""Time travel from dbt: a model's `retain_versions` keeps the files its merges replace,
+`dbt run-operation rowmerge_restore` brings a version's rows back (the model's unique_key
+pairing changed rows into updates in its change feed), and a model selects from
+`{{ rowmerge_as_of(ref(...), N) }}`; bad retention config is refused naming the key."""
+
+from __future__ import annotations
+
+import re
+
+from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
+
+from tests.functional.helpers import incremental_model, ok, rows, run_step, table, values
+
+STEP1 = values("id, name", "(1, 'a')", "(2, 'b')")
+STEP2 = values("id, name", "(1, 'x')", "(3, 'c')")
+STEP3 = values("id, name", "(2, 'y')")
+MODEL = "unique_key='id', retain_versions=5, change_data_feed=true, auto_compact=false"
+
+
+def _three_runs(project) -> None:
+    write_file(incremental_model(MODEL, STEP1, STEP2, STEP3), project.project_root, "models", "orders.sql")
+    for step in (1, 2, 3):
+        ok(run_step(step), "orders")
+
+
+class TestRestoreOperation:
+    def test_restore_brings_back_a_version_and_feeds_the_difference(self, project):
+        _three_runs(project)
+        relation = table(project, "orders")
+        assert rows(project, "orders") == [(1, "x"), (2, "y"), (3, "c")]
+        _, dry = run_dbt_and_capture(
+            [
+                "run-operation",
+                "rowmerge_restore",
+                "--args",
+                f"{{relation: {relation}, version: 0, dry_run: true}}",
+            ]
+        )
+        assert f"rowmerge_restore {relation}: {relation}: would restore the rows of version 0" in dry
+        assert rows(project, "orders") == [(1, "x"), (2, "y"), (3, "c")]
+        _, output = run_dbt_and_capture(
+            ["run-operation", "rowmerge_restore", "--args", f"{{relation: {relation}, version: 0}}"]
+        )
+        assert re.search(
+            rf"{re.escape(relation)}: restored the rows of version 0 as version 3: 1 file\(s\) back, "
+            r"\d+ out; 1 row\(s\) deleted, 0 inserted, 2 updated",
+            output,
+        ), output
+        assert rows(project, "orders") == [(1, "a"), (2, "b")]
+        # read unfiltered: the metastore cannot take a filter on _commit_version (see
+        # test_change_feed_and_history.py)
+        feed = project.run_sql(
+            f"select id, name, _change_type, _commit_version from {relation}__changes", fetch="all"
+        )
+        assert sorted(tuple(r)[:3] for r in feed if r[3] == 3) == [
+            (1, "a", "update_postimage"),
+            (1, "x", "update_preimage"),
+            (2, "b", "update_postimage"),
+            (2, "y", "update_preimage"),
+            (3, "c", "delete"),
+        ]
+        # and the model merges on
+        ok(run_step(2), "orders")
+        assert rows(project, "orders") == [(1, "x"), (2, "b"), (3, "c")]
+
+
+class TestAsOfMacro:
+    def test_a_model_selects_from_an_earlier_version(self, project):
+        _three_runs(project)
+        write_file(
+            "{{ config(materialized='table') }}\nselect id, name from {{ rowmerge_as_of(ref('orders'), 1) }}",
+            project.project_root,
+            "models",
+            "orders_at_1.sql",
+        )
+        run_dbt(["run", "--select", "orders_at_1"])
+        assert rows(project, "orders_at_1") == [(1, "x"), (2, "b"), (3, "c")]
+
+
+class TestBadRetentionConfig:
+    def test_refused_naming_the_key(self, project):
+        write_file(
+            incremental_model("unique_key='id', retain_versions=-1", STEP1, STEP2),
+            project.project_root,
+            "models",
+            "orders.sql",
+        )
+        _, output = run_dbt_and_capture(["run", "--vars", "{step: 1}"], expect_pass=False)
+        assert "`retain_versions` must be a whole number >= 0, got -1" in output
