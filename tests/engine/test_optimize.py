@@ -224,25 +224,48 @@ def test_auto_compaction_commits_an_optimize_version_right_after_the_merge(spark
     create_table(spark, t, "id long, v string", [[(i, "a") for i in range(100)]])
     results = _inserts(spark, db, t, 7, auto_compact_min_files=4)
     # the table's own file (version 0) starts no run, but fills the first one the merges' files
-    # start: three of theirs and it merge into one, which is still in the smallest tier (tiers
-    # are 8x steps), so it merges again with the next three
-    assert [r.metrics["compactVersion"] for r in results] == [0, 0, 4, 0, 0, 8, 0]
-    assert [r.version for r in results] == [1, 2, 3, 5, 6, 7, 9]
+    # start; a merge's own new file waits for the next merge (it holds the rows just touched):
+    # after merge 4, the three files before it and the table's merge into one, which is still
+    # in the smallest tier (tiers are 8x steps), so it merges again after merge 7 with the
+    # three files merges 4-6 wrote
+    assert [r.metrics["compactVersion"] for r in results] == [0, 0, 0, 5, 0, 0, 9]
+    assert [r.version for r in results] == [1, 2, 3, 4, 6, 7, 8]
     ops = [(h["version"], h["operation"], h["files_added"], h["files_removed"]) for h in history(spark, t)]
     # every insert-only merge replaced no file; each OPTIMIZE replaced four small ones
     assert ops == [
-        (9, "MERGE", 1, 0),
-        (8, "OPTIMIZE", 1, 4),
+        (9, "OPTIMIZE", 1, 4),
+        (8, "MERGE", 1, 0),
         (7, "MERGE", 1, 0),
         (6, "MERGE", 1, 0),
-        (5, "MERGE", 1, 0),
-        (4, "OPTIMIZE", 1, 4),
+        (5, "OPTIMIZE", 1, 4),
+        (4, "MERGE", 1, 0),
         (3, "MERGE", 1, 0),
         (2, "MERGE", 1, 0),
         (1, "MERGE", 1, 0),
         (0, "CONVERT", 1, 0),
     ]
     assert len(rows(spark, t)) == 170 and len(file_snapshot(spark, t)) == 2
+
+
+def test_a_file_the_merge_just_rewrote_is_not_compacted_after_it(spark, db):
+    """The rows a merge touched are the likeliest to be touched again (recent updates): its
+    rewritten file joins no compaction right after it, so the table's colder files are not
+    folded into the file the next merge rewrites. Once a merge leaves it alone, it does."""
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(i, "a")] for i in range(4)])
+
+    def update(k: int, key: int) -> int:
+        src = source_view(spark, f"{db}_u{k}", "id long, v string", [(key, f"u{k}")])
+        return merge(spark, t, src, UPSERT, auto_compact_min_files=2).metrics["compactVersion"]
+
+    # the file of key 0, rewritten twice: each time the only written file, and just written
+    assert [update(1, 0), update(2, 0)] == [0, 0]
+    assert "OPTIMIZE" not in [h["operation"] for h in history(spark, t)]
+    # key 1's file now: key 0's file was left alone, starts a run of two, and one of the
+    # table's own files fills it
+    assert update(3, 1) == 4
+    assert rows(spark, t) == [(0, "u2"), (1, "u3"), (2, "a"), (3, "a")]
+    assert len(file_snapshot(spark, t)) == 3  # the compacted file, key 1's, the table's last
 
 
 def test_auto_compact_false_and_optimize_every(spark, db):

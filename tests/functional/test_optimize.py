@@ -45,23 +45,31 @@ def _folder(project, name: str) -> str:
 
 class TestAutoCompaction:
     def test_a_merge_is_followed_by_an_optimize_version(self, project):
-        config = "unique_key='id', auto_compact_min_files=3"
+        config = "materialized='incremental', incremental_strategy='row_level_merge', unique_key='id', "
         write_file(
-            incremental_model(config, STEP1, STEP2, STEP3), project.project_root, "models", "orders.sql"
+            "{{ config(" + config + "auto_compact_min_files=3) }}\n"
+            "select /*+ REPARTITION(1) */ * from values "
+            "({{ var('step', 1) }}, 'n{{ var('step', 1) }}') as t(id, name)\n",
+            project.project_root,
+            "models",
+            "orders.sql",
         )
         ok(run_step(1), "orders")
-        # two small files (the table as dbt created it, the merge's) wait for a third
+        # the table as dbt created it and the first merge's file wait for a third small file;
+        # a merge's own new file waits for the next merge (it holds the rows just touched)
         assert metrics(ok(run_step(2), "orders"))["compactVersion"] == 0
-        merged = ok(run_step(3), "orders")
-        assert metrics(merged)["compactVersion"] == 3
+        assert metrics(ok(run_step(3), "orders"))["compactVersion"] == 0
+        merged = ok(run_step(4), "orders")
+        assert metrics(merged)["compactVersion"] == 4
         assert _history(project, "orders") == [
-            (3, "OPTIMIZE", 1, 3),
+            (4, "OPTIMIZE", 1, 3),
+            (3, "MERGE", 1, 0),
             (2, "MERGE", 1, 0),
             (1, "MERGE", 1, 0),
             (0, "CREATE TABLE", 1, 0),
         ]
-        assert _data_files(project, "orders") == 1
-        assert rows(project, "orders") == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+        assert _data_files(project, "orders") == 2
+        assert rows(project, "orders") == [(1, "n1"), (2, "n2"), (3, "n3"), (4, "n4")]
 
 
 class TestOptimizeOperation:

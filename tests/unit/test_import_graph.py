@@ -10,7 +10,17 @@ import pathlib
 ENGINE = pathlib.Path(__file__).resolve().parents[2] / "dbt" / "adapters" / "rowmerge" / "merge"
 JOURNAL = ENGINE / "journal"
 # The journal's parts, lowest first: each may import only the parts before it.
-JOURNAL_PARTS = ["layout", "retention", "entry", "log", "checkpoint", "snapshots", "checks", "commit", "apply"]
+JOURNAL_PARTS = [
+    "layout",
+    "retention",
+    "entry",
+    "log",
+    "checkpoint",
+    "snapshots",
+    "checks",
+    "commit",
+    "apply",
+]
 
 
 def _relative_imports(path: pathlib.Path, level: int) -> list[tuple[str, str]]:
@@ -35,9 +45,7 @@ def test_no_engine_module_imports_a_private_name() -> None:
 
 def test_journal_imports_only_storage_and_table_helpers() -> None:
     # Never cdf, plan, scan, rewrite, source or run: the data phases hand it plain values.
-    modules = {
-        module or name for path in JOURNAL.glob("*.py") for module, name in _relative_imports(path, 2)
-    }
+    modules = {module or name for path in JOURNAL.glob("*.py") for module, name in _relative_imports(path, 2)}
     assert modules <= {"errors", "faults", "filestats", "lock", "sqltext", "storage", "table"}, modules
 
 
