@@ -45,7 +45,10 @@ def as_of(
     Raises MergeSpecError for bad arguments and JournalError for a version the journal cannot
     give back (none such, or its files are gone: the message names the oldest readable one).
     """
-    when = _arguments(version, timestamp)
+    problems: list[str] = []
+    when = version_arguments(version, timestamp, problems)
+    if problems:
+        raise MergeSpecError(problems)
     with without_call_sites(), storage_errors(f"Reading {table} as of a version"):
         load_or_finish(spark, table)
         target = load_target(spark, table)
@@ -86,21 +89,20 @@ def read_version(
     return read_files(spark, journal, target, snapshot.files)
 
 
-def _arguments(version: Any, timestamp: Any) -> datetime | None:
-    problems = []
+def version_arguments(version: Any, timestamp: Any, problems: list[str]) -> datetime | None:
+    """Check the ``version`` / ``timestamp`` pair of as_of and restore (exactly one, each
+    well formed), adding each problem to ``problems``; the timestamp as UTC, if given."""
     if (version is None) == (timestamp is None):
         problems.append("give exactly one of `version` and `timestamp`")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
         problems.append(f"`version` must be a whole number >= 0, got {version!r}")
-    when = None
-    if timestamp is not None:
-        try:
-            when = parse_timestamp(timestamp)
-        except ValueError as exc:
-            problems.append(f"`timestamp`: {exc}")
-    if problems:
-        raise MergeSpecError(problems)
-    return when
+    if timestamp is None:
+        return None
+    try:
+        return parse_timestamp(timestamp)
+    except ValueError as exc:
+        problems.append(f"`timestamp`: {exc}")
+        return None
 
 
 def _in_flight(journal: Journal, snapshot: Snapshot) -> Snapshot:

@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StructType
 
 from . import faults
-from .as_of import read_files
+from .as_of import read_files, version_arguments
 from .callsites import without_call_sites
 from .cdf import (
     CHANGE_TYPE,
@@ -45,7 +45,6 @@ from .cdf import (
     write_feed_rows,
 )
 from .errors import MergeCommittedError, MergeSpecError, UnsupportedTableError
-from .feed_range import parse_timestamp
 from .journal import Entry, Journal
 from .lock import TableLock
 from .outputs import q
@@ -137,17 +136,8 @@ def restore(
 
 
 def _arguments(version: Any, timestamp: Any, unique_key: Any) -> tuple[datetime | None, tuple[str, ...]]:
-    problems = []
-    if (version is None) == (timestamp is None):
-        problems.append("give exactly one of `version` and `timestamp`")
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
-        problems.append(f"`version` must be a whole number >= 0, got {version!r}")
-    when = None
-    if timestamp is not None:
-        try:
-            when = parse_timestamp(timestamp)
-        except ValueError as exc:
-            problems.append(f"`timestamp`: {exc}")
+    problems: list[str] = []
+    when = version_arguments(version, timestamp, problems)
     keys: tuple[str, ...] = ()
     if isinstance(unique_key, str) and unique_key.strip():
         keys = (unique_key.strip(),)
