@@ -192,6 +192,10 @@ def write_changes(
         # With the source broadcast, each task reads one touched file (or packs a few small
         # ones) and writes its replacement: file sizes stay near the table's own.
         parts.append(rewritten_rows(spark, plan, source, touched, one_pass))
+    # The rows inserted, or at most that many.
+    expected = 0
+    if plan.not_matched:
+        expected = scan.inserted if scan is not None and one_pass is None else source.num_rows
     if plan.not_matched and (scan is None or scan.inserted > 0 or one_pass is not None):
         inserts = inserted_rows(plan, source, target, scan)
         if pcols:
@@ -199,19 +203,35 @@ def write_changes(
                 *[F.col(q(c)) for c in pcols]
             )  # one file per partition value (AQE-sized)
         else:
-            expected = scan.inserted if scan is not None and one_pass is None else source.num_rows
             inserts = inserts.coalesce(files_for(expected))
         parts.append(inserts)
     if not parts:
         return [], {}
+    fmt = plan.target.file_format
+    removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
+    counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
-    writer = out.write.format(plan.target.file_format)
+    writer = out.write.format(fmt)
     if pcols:
         writer = writer.partitionBy(*pcols)
+    if counts:
+        writer = writer.option("maxRecordsPerFile", str(rewrite_file_cap(counts, expected)))
     writer.save(staging)
-    removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
     fields = indexed_columns(plan.output_fields, pcols)
-    return staged_files(plan.target.file_format, staging, storage, removed, fields)
+    return staged_files(fmt, staging, storage, removed, fields, counts)
+
+
+def rewrite_file_cap(touched_rows: Mapping[str, int], new_rows: int) -> int:
+    """The most rows a file of a rewriting merge holds: as many as the largest file it writes
+    anyway (the largest touched file, or an insert file of up to ``new_rows`` rows).
+
+    Spark packs small touched files into one task, and a task writes one file: without a cap
+    the file holding the newest keys absorbs every later merge's inserts and grows without
+    bound, so a merge that updates a few recent rows rewrites more bytes every hour (the aging
+    benchmark's recent-updates shape). With it a rewrite never makes a file bigger than one it
+    replaces; small files are packed by compaction, once they cool.
+    """
+    return max(1, max(touched_rows.values(), default=0), min(new_rows, ROWS_PER_INSERT_FILE))
 
 
 def files_for(rows: int) -> int:
@@ -225,17 +245,19 @@ def staged_files(
     storage: Storage,
     removed: Mapping[str, int] | None = None,
     fields: Sequence[StructField] = (),
+    counts: Mapping[str, int] | None = None,
 ) -> tuple[list[StagedFile], dict[str, int]]:
     """List what a write produced with row counts and ``fields``' ranges (from footers); drop
     empty files.
 
     The rows of the ``removed`` files (path -> size: the touched files the commit replaces)
-    are counted too, for the journal.
+    are counted too, for the journal, unless ``counts`` has them already.
     """
     removed = removed or {}
     listed = {f.path: f for f in storage.list_data_files(staging)}  # qualified
     summaries = summarize_files(storage, {p: f.size for p, f in listed.items()}, file_format, fields)
-    counts = storage.count_rows(removed, file_format) if removed else {}
+    if counts is None:
+        counts = storage.count_rows(removed, file_format) if removed else {}
     out = []
     for path, f in sorted(listed.items()):
         summary = summaries[path]
