@@ -76,6 +76,25 @@
 {% endmacro %}
 
 
+{#-- Delete the files a table keeps past its retention, as a VACUUM version:
+     dbt run-operation rowmerge_vacuum --args '{relation: analytics.orders}'
+     retain_versions / retain_hours: keep this much instead of the table's retention, this once;
+     files of versions current less than an hour ago are refused unless force: true;
+     dry_run: true lists what it would delete and the bytes. As a post-hook:
+     post_hook="{{ rowmerge_vacuum(this) }}". --#}
+{% macro rowmerge_vacuum(relation, retain_versions=none, retain_hours=none, dry_run=false, force=false) %}
+  {%- if not execute -%}{{ return('') }}{%- endif -%}
+  {%- set done = adapter.rowmerge_vacuum(relation, retain_versions, retain_hours, dry_run, force) -%}
+  {{ log("rowmerge_vacuum " ~ relation ~ ": " ~ done.message, info=True) }}
+  {%- if dry_run -%}
+    {%- for path in done.files -%}
+      {{ log("  " ~ path, info=True) }}
+    {%- endfor -%}
+  {%- endif -%}
+  {{ return('') }}
+{% endmacro %}
+
+
 {#-- A table as of an earlier version, to select from in a model or an analysis:
        select * from {{ rowmerge_as_of(ref('orders'), 41) }}
        select * from {{ rowmerge_as_of(ref('orders'), timestamp='2026-11-26 09:00:00') }}

@@ -73,17 +73,19 @@ def test_the_policy_is_stored_and_carried_until_a_run_changes_it(spark, db):
     create_table(spark, t, "id long, v string", [[(1, "a")], [(2, "b")]])
     _upsert(spark, db, t, "s1", [(1, "x")], retain_hours=24)
     _upsert(spark, db, t, "s2", [(1, "y")])  # no setting: the stored one
-    _upsert(spark, db, t, "s3", [(1, "z")], retain_versions=0, retain_hours=0)  # off from now
-    _upsert(spark, db, t, "s4", [(1, "w")])  # no setting: still off
     assert sorted(_retained(spark, t)) == [f"{1:020d}", f"{2:020d}"]
+    # off from now: what was retained goes too (test_vacuum)
+    _upsert(spark, db, t, "s3", [(1, "z")], retain_versions=0, retain_hours=0)
+    _upsert(spark, db, t, "s4", [(1, "w")])  # no setting: still off
+    assert _retained(spark, t) == {}
     assert [_entry(spark, t, v).get("retention") for v in (1, 2, 3, 4)] == [
         {"versions": 0, "hours": 24.0},
         {"versions": 0, "hours": 24.0},
         {"versions": 0, "hours": 0.0},
         {"versions": 0, "hours": 0.0},
     ]
-    # an entry that keeps nothing stays in the format an older release reads
-    assert [_entry(spark, t, v)["format"] for v in (1, 2, 3, 4)] == [4, 4, 1, 1]
+    # an entry that keeps and deletes nothing stays in the format an older release reads
+    assert [_entry(spark, t, v)["format"] for v in (1, 2, 3, 4)] == [4, 4, 4, 1]
     assert rows(spark, t) == [(1, "w"), (2, "b")]
 
 

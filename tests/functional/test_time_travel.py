@@ -87,3 +87,47 @@ class TestBadRetentionConfig:
         )
         _, output = run_dbt_and_capture(["run", "--vars", "{step: 1}"], expect_pass=False)
         assert "`retain_versions` must be a whole number >= 0, got -1" in output
+
+
+class TestVacuumOperation:
+    def test_vacuum_deletes_what_a_shorter_retention_no_longer_keeps(self, project):
+        _three_runs(project)
+        relation = table(project, "orders")
+        _, dry = run_dbt_and_capture(
+            [
+                "run-operation",
+                "rowmerge_vacuum",
+                "--args",
+                f"{{relation: {relation}, retain_versions: 1, force: true, dry_run: true}}",
+            ]
+        )
+        assert re.search(
+            rf"rowmerge_vacuum {re.escape(relation)}: {re.escape(relation)}: would delete \d+ retained "
+            r"file\(s\), \d+ bytes, of 1 version\(s\); versions from 1 on can be read",
+            dry,
+        ), dry
+        assert "_rowmerge_log/retained/00000000000000000001/" in dry
+        # unforced, the files of versions current within the hour are refused
+        _, refused = run_dbt_and_capture(
+            ["run-operation", "rowmerge_vacuum", "--args", f"{{relation: {relation}, retain_versions: 1}}"],
+            expect_pass=False,
+        )
+        assert "refused: it would delete the files of version(s) 0" in refused and "force: true" in refused
+        _, output = run_dbt_and_capture(
+            [
+                "run-operation",
+                "rowmerge_vacuum",
+                "--args",
+                f"{{relation: {relation}, retain_versions: 1, force: true}}",
+            ]
+        )
+        assert re.search(r"deleted \d+ retained file\(s\), \d+ bytes, of 1 version\(s\) as version 3", output)
+        assert rows(project, "orders") == [(1, "x"), (2, "y"), (3, "c")]
+        # version 1 still restores; version 0 is gone
+        _, gone = run_dbt_and_capture(
+            ["run-operation", "rowmerge_restore", "--args", f"{{relation: {relation}, version: 0}}"],
+            expect_pass=False,
+        )
+        assert "Every version from 1 on can be read" in gone
+        run_dbt(["run-operation", "rowmerge_restore", "--args", f"{{relation: {relation}, version: 1}}"])
+        assert rows(project, "orders") == [(1, "x"), (2, "b"), (3, "c")]

@@ -308,6 +308,25 @@ class RowMergeAdapter(SparkAdapter):
         return {**done.as_dict(), "message": done.summary()}
 
     @available
+    def rowmerge_vacuum(
+        self,
+        relation: Any,
+        retain_versions: int | None = None,
+        retain_hours: float | None = None,
+        dry_run: Any = False,
+        force: Any = False,
+    ) -> dict[str, Any]:
+        """Delete the files the table keeps past its retention, as a VACUUM version."""
+        name = _relation_name(relation)
+        done = self._engine(
+            lambda spark: merge.vacuum(
+                spark, name, retain_versions, retain_hours, dry_run=dry_run, force=force
+            ),
+            name,
+        )
+        return {**done.as_dict(), "message": done.summary()}
+
+    @available
     def rowmerge_as_of_view(
         self, relation: Any, version: int | None = None, timestamp: str | None = None
     ) -> str:

@@ -8,6 +8,7 @@ refresh as a version),
 ``optimize(spark, table_name, ...)`` (compact small files; a version of its own),
 ``as_of(spark, table_name, version=None, timestamp=None)`` (the table at a past version),
 ``restore(spark, table_name, version=None, timestamp=None, ...)`` (its rows again, as a version),
+``vacuum(spark, table_name, ...)`` (delete the files kept past retention),
 ``MergeResult``, ``DryRunReport``, ``Recovery`` and the error classes.
 """
 
@@ -37,6 +38,7 @@ from .reshape import finish_refresh
 from .restore import RestoreResult, restore
 from .run import changes_range, dry_run, history, rebind, recover, run_merge, start_history, table_stats
 from .spec import MergeSpec, merge_sql, parse_spec, static_problems
+from .vacuum import VacuumResult, vacuum
 
 __all__ = [
     "NO_JOURNAL",
@@ -61,6 +63,7 @@ __all__ = [
     "StorageError",
     "UnreadableFileError",
     "UnsupportedTableError",
+    "VacuumResult",
     "as_of",
     "changes_range",
     "dry_run",
@@ -79,4 +82,5 @@ __all__ = [
     "start_history",
     "static_problems",
     "table_stats",
+    "vacuum",
 ]

@@ -87,6 +87,10 @@ class Journal(Writer):
             else:
                 self.remove_replaced(f.path, entry.version)
             faults.fault_point(f"{steps}delete_{i}")
+        # Folders of versions out of retention go last: no reader of the table needs them.
+        for i, k in enumerate(entry.expired):
+            self.storage.delete(self.retained_dir(k), recursive=True)
+            faults.fault_point(f"{steps}expire_{i}")
         faults.fault_point(f"{steps}before_applied")
         marker = self.applied_path(entry.version)
         if not self.storage.create_if_absent(marker, "") and not self.storage.exists(marker):

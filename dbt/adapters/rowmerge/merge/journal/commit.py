@@ -16,7 +16,7 @@ from ..storage import FileInfo
 from ..table import COMMIT_VERSION, TargetTable
 from .checks import Checks
 from .entry import Entry, FeedFiles, FileEntry
-from .layout import MAX_VERSION, Staging, below, iso, new_txn, spec_digest, utc_now
+from .layout import MAX_VERSION, Staging, below, iso, new_txn, parse_iso, spec_digest, utc_now
 from .retention import Retention
 
 
@@ -153,6 +153,7 @@ class Writer(Checks):
             table=target.qualified_name,
             operation=operation,
             timestamp=iso(timestamp),
+            expired=self.expiring(retention, version, timestamp),
             txn=staging.txn,
             read_version=version - 1,
             spec_digest=spec_digest(spec),
@@ -211,6 +212,28 @@ class Writer(Checks):
             retention=retention,
         )
         return replace(entry, added=files, partitions=tuple(sorted(partitions)), restored=restored)
+
+    def expiring(self, retention: Retention | None, version: int, now: datetime) -> tuple[int, ...]:
+        """The retained folders that fall out of ``retention`` once ``version`` is the newest
+        version, at ``now`` (a commit's apply deletes them, so retention needs no upkeep of
+        its own).
+
+        A folder whose version's entry cannot be read is kept: what cannot be judged is not
+        deleted (recovery and vacuum say what is wrong with the entry).
+        """
+        if retention is None:  # never chosen, and the default keeps nothing: none was kept
+            return ()
+        out = []
+        for k in self.retained_versions():
+            if k > version or k > version - retention.versions:
+                continue
+            try:
+                committed = parse_iso(self.read_entry(k).timestamp) if retention.hours > 0 else now
+            except Exception:  # noqa: BLE001 - EntryInvalid, a vanished or unreadable file
+                continue
+            if not retention.keeps(k, committed, version, now):
+                out.append(k)
+        return tuple(out)
 
     def write_initial(self, entry: Entry) -> None:
         """Create version 0 (the table as created or as found), already applied."""

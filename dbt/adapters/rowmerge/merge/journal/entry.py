@@ -18,7 +18,8 @@ from .retention import Retention
 # reshape.py); format 3 adds the OPTIMIZE operation (optimize.py); format 4, an entry whose
 # apply keeps the files it replaces (retention.py) — a release that does not know retention
 # would delete them — and the RESTORE operation (restore.py), which moves retained files
-# back. An entry is written in the lowest format that holds it, so an older release refuses
+# back; its `expired` (the retained folders its apply deletes) and the VACUUM operation
+# (vacuum.py) too. An entry is written in the lowest format that holds it, so an older release refuses
 # only the entries it would misread (asking for an upgrade) and reads every other one.
 # `cluster_by` and `retention` are optional in every format: a release that does not know
 # them ignores them.
@@ -33,6 +34,7 @@ OPERATIONS = (
     "REBIND",
     "OPTIMIZE",
     "RESTORE",
+    "VACUUM",
 )
 # Operations that stage files of their own and replace others (the rest list files in place).
 # A RESTORE's data files are "staged" in the retained folders it brings them back from.
@@ -122,6 +124,9 @@ class Entry:
     # None: none stored (the default applies).
     retention: Retention | None = None
     restored: int | None = None  # RESTORE only: the version whose rows it brings back
+    # The versions whose retained folders this version's apply deletes: they fell out of
+    # retention (retention.py) when it committed, or a vacuum expired them.
+    expired: tuple[int, ...] = ()
 
     @property
     def retains(self) -> bool:
@@ -145,7 +150,7 @@ class Entry:
     @property
     def format(self) -> int:
         """The lowest entry format that holds this entry."""
-        if self.retains or self.operation == "RESTORE":
+        if self.retains or self.expired or self.operation in ("RESTORE", "VACUUM"):
             return 4
         if self.operation == "OPTIMIZE":
             return 3
@@ -182,6 +187,8 @@ class Entry:
             out["cluster_by"] = list(self.cluster_by)
         if self.retention is not None:
             out["retention"] = self.retention.as_json()
+        if self.expired:
+            out["expired"] = list(self.expired)
         out["added"] = [f.as_json() for f in self.added]
         out["removed"] = [f.as_json() for f in self.removed]
         if self.is_write:
@@ -258,7 +265,20 @@ class Entry:
             cluster_by=tuple(r.strings("cluster_by")) if "cluster_by" in raw else None,
             retention=_retention(r, entry_format),
             restored=r.integer("restored") if operation == "RESTORE" else None,
+            expired=_expired(r, version) if entry_format >= 4 else (),
         )
+
+
+def _expired(r: Reader, version: int) -> tuple[int, ...]:
+    """The retained folders an entry deletes: versions before its own, each once."""
+    if "expired" not in r.raw:
+        return ()
+    found = r.items("expired")
+    if not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < version for k in found):
+        raise EntryInvalid(f"has `expired` = {found!r}, not a list of versions before {version}")
+    if len(set(found)) != len(found):
+        raise EntryInvalid(f"has `expired` = {found!r}, which names a version twice")
+    return tuple(found)
 
 
 def _retention(r: Reader, entry_format: int) -> Retention | None:

@@ -13,6 +13,7 @@ from .layout import (
     ENTRY_SUFFIX,
     LOG_NAME,
     MAX_VERSION,
+    RETAINED_DIR,
     VERSION_DIGITS,
     JournalFiles,
     parse_iso,
@@ -48,6 +49,11 @@ class LogReader(JournalFiles):
             elif suffix == APPLIED_SUFFIX:
                 applied.add(int(head))
         return sorted(entries), applied, strays
+
+    def retained_versions(self) -> list[int]:
+        """The versions whose replaced files are kept in ``retained/<version>/`` now."""
+        names = self.storage.list_names(f"{self.log_dir}/{RETAINED_DIR}")
+        return sorted(int(n) for n in names if n.isdigit() and len(n) == VERSION_DIGITS)
 
     def versions(self) -> list[int]:
         return self.listing()[0]

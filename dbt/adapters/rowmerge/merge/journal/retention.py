@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 # Off until vacuum expires retained files (issue 31): on, a table would keep every file it
@@ -36,6 +37,15 @@ class Retention:
     @property
     def on(self) -> bool:
         return self.versions > 0 or self.hours > 0
+
+    def keeps(self, replaced_by: int, committed: datetime, newest: int, now: datetime) -> bool:
+        """Whether the files version ``replaced_by`` replaced (committed at ``committed``) are
+        still kept once ``newest`` is the newest version, at ``now``: they are the files of
+        version ``replaced_by - 1``, which is among the newest ``versions`` versions before
+        ``newest``, or was current until less than ``hours`` ago."""
+        if replaced_by > newest - self.versions:
+            return True
+        return self.hours > 0 and committed > now - timedelta(hours=self.hours)
 
     def as_json(self) -> dict[str, Any]:
         return {"versions": self.versions, "hours": self.hours}

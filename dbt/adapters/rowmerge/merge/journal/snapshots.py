@@ -78,12 +78,14 @@ class Snapshots(Checkpoints):
         now: dict[str, FileEntry] = {}
         # path -> (the last version that removed it, whether that version kept it)
         removed_by: dict[str, tuple[int, bool]] = {}
+        # retained folders deleted (or to be deleted, by an entry not applied yet)
+        expired = {k for e in entries for k in e.expired}
         for e in entries:
             fold(now, e)
             if e.version <= version:
                 fold(at, e)
             # an entry not applied yet has not moved its files anywhere: none is lost
-            kept = e.retains or e.version not in applied
+            kept = (e.retains or e.version not in applied) and e.version not in expired
             for f in e.removed:
                 removed_by[f.path] = (e.version, kept)
         lost = [k for path, (k, kept) in removed_by.items() if not kept and path not in now]
