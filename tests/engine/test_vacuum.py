@@ -120,6 +120,7 @@ def test_vacuum_with_a_shorter_retention_commits_a_vacuum_version(spark, db):
         "numVersionsExpired": 2,
         "numFilesDeleted": 2,
         "numBytesDeleted": done.bytes_deleted,
+        "numVersionsFolded": 3,
     }
     # this once: the stored retention is the table's still
     assert _entry(spark, t, 4)["retention"] == {"versions": 5, "hours": 0.0}
@@ -182,9 +183,20 @@ class Crash(BaseException):
     """The process dying at a step."""
 
 
-@pytest.mark.parametrize(
-    "step", ["vacuum_entry", "vacuum_expire_0", "vacuum_expire_1", "vacuum_before_applied", "vacuum_applied"]
-)
+VACUUM_STEPS = [
+    "vacuum_base",
+    "vacuum_entry",
+    "vacuum_expire_0",
+    "vacuum_expire_1",
+    "vacuum_fold_json",
+    "vacuum_fold_applied",
+    "vacuum_fold_stats_json",
+    "vacuum_before_applied",
+    "vacuum_applied",
+]
+
+
+@pytest.mark.parametrize("step", VACUUM_STEPS)
 def test_killed_at_any_step_vacuum_is_finished_by_recovery(spark, db, monkeypatch, step):
     t, saved = _table_with_history(spark, db, 3, retain_versions=5)
 
@@ -197,9 +209,86 @@ def test_killed_at_any_step_vacuum_is_finished_by_recovery(spark, db, monkeypatc
         vacuum(spark, t, retain_versions=1, force=True)
     monkeypatch.undo()
     assert rows(spark, t) == saved[3]  # a vacuum changes no row at any step
+    # before recovery, every version a reader may still ask for reads back
+    for v in (2, 3):
+        assert _read(spark, t, v) == saved[v]
     recover(spark, t)
-    assert _kept(spark, t) == [3]
-    assert [(h["version"], h["operation"], h["applied"]) for h in history(spark, t)][0] == (4, "VACUUM", True)
+    committed = step != "vacuum_base"
+    assert _kept(spark, t) == ([3] if committed else [1, 2, 3])
+    top = [(h["version"], h["operation"], h["applied"]) for h in history(spark, t)]
+    assert top[0] == ((4, "VACUUM", True) if committed else (3, "MERGE", True))
+    assert _log_versions(spark, t) == ([2, 3, 4] if committed else [0, 1, 2, 3])
+    for v in (2, 3):
+        assert _read(spark, t, v) == saved[v]
+    # the table merges on from either side
+    src = source_view(spark, f"{db}_after", "id long, v string", [(2, "after")])
+    done = merge(spark, t, src, UPSERT, auto_compact=False)
+    assert done.version == (5 if committed else 4)
+    assert rows(spark, t) == sorted([r for r in saved[3] if r[0] != 2] + [(2, "after")])
+
+
+def _log_versions(spark, t: str) -> list[int]:
+    """The versions the log folder has a file for (entries, markers, checkpoints, bases)."""
+    names = os.listdir(os.path.join(table_dir(spark, t), LOG))
+    return sorted({int(n.split(".")[0]) for n in names if n[:1].isdigit()})
+
+
+def test_vacuum_folds_old_entries_into_a_base_the_journal_starts_from(spark, db):
+    from dbt.adapters.rowmerge.merge import table_stats
+
+    t, saved = _table_with_history(spark, db, 6, retain_versions=2)
+    stats = table_stats(spark, t)
+    done = vacuum(spark, t)
+    # versions 4 to 6 stay readable: 0-4 become the base of version 4
+    assert (done.version, done.oldest_readable, done.folded, done.expired) == (7, 4, 5, ())
+    log = sorted(os.listdir(os.path.join(table_dir(spark, t), LOG)))
+    assert [n for n in log if n.endswith(".json")] == [
+        f"{4:020d}.base.json",
+        f"{5:020d}.json",
+        f"{6:020d}.json",
+        f"{7:020d}.json",
+    ]
+    rows_of = [(h["version"], h["operation"]) for h in history(spark, t)]
+    assert rows_of == [(7, "VACUUM"), (6, "MERGE"), (5, "MERGE"), (4, "BASE")]
+    base = history(spark, t)[-1]
+    assert base["metrics"]["foldedVersions"] == 5 and base["metrics"]["numOutputRows"] == len(saved[4])
+    assert table_stats(spark, t) == {**stats, "version": 7}
+    for v in (4, 5, 6):
+        assert _read(spark, t, v) == saved[v]
+    with pytest.raises(JournalError, match="a vacuum folded the versions before 4"):
+        as_of(spark, t, version=3)
+    # merges go on from the base (statistics, file skipping and the version counter), and a
+    # second vacuum folds the first base into a new one
+    for i in (8, 9, 10):
+        src = source_view(spark, f"{db}_n{i}", "id long, v string", [(1, f"n{i}"), (100 + i, "new")])
+        result = merge(spark, t, src, UPSERT, auto_compact=False)
+        assert result.version == i
+        assert result.metrics["numTargetFilesRemoved"] == 1  # only the file of id 1
+    assert vacuum(spark, t).oldest_readable == 8
+    assert [h["operation"] for h in history(spark, t)][-1] == "BASE"
+    assert _read(spark, t, 8) == sorted([r for r in saved[6] if r[0] != 1] + [(1, "n8"), (108, "new")])
+    assert not os.path.exists(os.path.join(table_dir(spark, t), LOG, f"{4:020d}.base.json"))
+
+
+def test_a_base_no_vacuum_entry_commits_is_ignored_and_replaced(spark, db, monkeypatch):
+    t, saved = _table_with_history(spark, db, 3, retain_versions=1)
+
+    def die(at: str) -> None:
+        if at == "vacuum_base":
+            raise Crash(at)
+
+    monkeypatch.setattr(faults, "fault_point", die)
+    with pytest.raises(Crash):
+        vacuum(spark, t)
+    monkeypatch.undo()
+    leftover = os.path.join(table_dir(spark, t), LOG, f"{2:020d}.base.json")
+    assert os.path.exists(leftover)
+    assert [h["version"] for h in history(spark, t)] == [3, 2, 1, 0]
+    with open(leftover, "w") as fh:  # even damaged, it is not read as the journal's start
+        fh.write("{")
+    assert [h["version"] for h in history(spark, t)] == [3, 2, 1, 0]
+    assert vacuum(spark, t).oldest_readable == 2
+    assert [h["operation"] for h in history(spark, t)] == ["VACUUM", "MERGE", "BASE"]
     assert _read(spark, t, 2) == saved[2]
 
 

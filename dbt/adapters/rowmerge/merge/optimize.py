@@ -194,7 +194,9 @@ def _optimize(
     # A cluster_by given here is the table's from now on; otherwise the stored one stays.
     keep = tuple(cluster) if upkeep.cluster_by is not None else stored
     stored_retention = newest.retention if newest is not None else None
-    retention = chosen_retention(upkeep.retain_versions, upkeep.retain_hours, stored_retention)
+    retention = chosen_retention(
+        upkeep.retain_versions, upkeep.retain_hours, stored_retention, upkeep.feed_retain_versions
+    )
     entry = compact(spark, journal, lock, target, groups, list(cluster), upkeep, snapshot, keep, retention)
     logger.info("rowmerge: optimized %s: version %d", target.name, entry.version)
     return OptimizeResult(
@@ -418,7 +420,7 @@ def _as_created(journal: Journal) -> frozenset[str]:
     not small files a merge left behind; rewriting them all at a table's first merge would make
     that merge pay for a whole table's worth of writing."""
     try:
-        return frozenset(f.path for f in journal.read_entry(0).added)
+        return journal.created_paths()
     except Exception:  # noqa: BLE001 - unreadable: recovery judges entries; treat them all alike
         return frozenset()
 

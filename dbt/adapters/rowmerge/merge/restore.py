@@ -176,7 +176,7 @@ def _restore(
     back = [(f, where) for f, where in wanted.files if f.path not in current_paths]
     wanted_paths = {f.path for f, _ in wanted.files}
     out = [f for f, _ in current.files if f.path not in wanted_paths]
-    change_table = _feed_table(entries)
+    change_table = _feed_table(entries, journal)
     if not back and not out:
         return RestoreResult(target.name, None, version, 0, 0, 0, 0, 0, change_table, lock is None)
 
@@ -281,13 +281,15 @@ def _key_columns(target: TargetTable, keys: Sequence[str]) -> list[str]:
     return out
 
 
-def _feed_table(entries: Sequence[Entry]) -> str | None:
+def _feed_table(entries: Sequence[Entry], journal: Journal) -> str | None:
     """The change table the model writes now: that of the newest version that changed rows
-    (a merge, a full refresh or a restore), if it wrote change rows."""
+    (a merge, a full refresh or a restore), if it wrote change rows (one a vacuum folded:
+    as its base recorded)."""
     for e in reversed(entries):
         if e.operation in ("MERGE", "REPLACE TABLE", "RESTORE") and e.txn is not None:
             return e.cdf.table if e.cdf is not None else None
-    return None
+    base = journal.base()
+    return base.feed_table if base is not None else None
 
 
 def _changes(leaving: DataFrame, returning: DataFrame, schema: StructType, keys: Sequence[str]) -> DataFrame:

@@ -237,7 +237,9 @@ def _prepare(
     )
     upkeep = parsed.upkeep
     stored = newest.retention if newest else None
-    retention = chosen_retention(upkeep.retain_versions, upkeep.retain_hours, stored)
+    retention = chosen_retention(
+        upkeep.retain_versions, upkeep.retain_hours, stored, upkeep.feed_retain_versions
+    )
     raw_source = read_source(spark, parsed.source)
     plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
     feed = parsed.change_data_feed and not dry

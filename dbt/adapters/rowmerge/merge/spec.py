@@ -56,6 +56,7 @@ UPKEEP_KEYS = (
     "auto_compact_max_mb",
     "retain_versions",
     "retain_hours",
+    "change_feed_retain_versions",
 )
 TOP_LEVEL_KEYS = {
     "version",
@@ -141,6 +142,8 @@ class Upkeep:
     # retention, else the default.
     retain_versions: int | None = None
     retain_hours: float | None = None
+    # How many versions of change rows vacuum keeps (None: the stored setting, else all).
+    feed_retain_versions: int | None = None
 
     @property
     def target_bytes(self) -> int:
@@ -183,6 +186,7 @@ def parse_upkeep(raw: Mapping[str, Any], problems: list[str]) -> Upkeep:
         problems.append(f"`cluster_by` names a column twice: {list(cluster_by)}")
     every = number("optimize_every", 0, True, 1)
     versions = number("retain_versions", -1, True, 0)
+    feed_versions = number("change_feed_retain_versions", 0, True, 1)
     hours = raw.get("retain_hours")
     if hours is not None and (
         isinstance(hours, bool) or not isinstance(hours, (int, float)) or not 0 <= hours < math.inf
@@ -199,6 +203,7 @@ def parse_upkeep(raw: Mapping[str, Any], problems: list[str]) -> Upkeep:
         max_mb=number("auto_compact_max_mb", DEFAULT_COMPACT_MAX_MB, False, 1),
         retain_versions=int(versions) if versions >= 0 else None,
         retain_hours=float(hours) if hours is not None else None,
+        feed_retain_versions=int(feed_versions) if feed_versions else None,
     )
 
 

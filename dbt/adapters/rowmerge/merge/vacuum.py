@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -27,7 +27,9 @@ from pyspark.sql import SparkSession
 from . import faults
 from .callsites import without_call_sites
 from .errors import MergeCommittedError, MergeSpecError
-from .journal import DEFAULT_RETENTION, Entry, Journal, chosen_retention
+from .journal import DEFAULT_RETENTION, Entry, FileEntry, Journal, Retention, chosen_retention, history_row
+from .journal.base import BASE_OPERATION, Base
+from .journal.entry import fold as fold_entry
 from .journal.layout import iso, parse_iso
 from .lock import TableLock
 from .spec import DEFAULT_LOCK_TIMEOUT_S, Upkeep, parse_upkeep
@@ -51,6 +53,7 @@ class VacuumResult:
     bytes_deleted: int
     oldest_readable: int  # the oldest version as_of and restore can read afterwards
     dry_run: bool = False
+    folded: int = 0  # journal entries folded into the base of ``oldest_readable``
     files: tuple[str, ...] = ()  # a dry run: every file it would delete
     metrics: dict[str, Any] = field(default_factory=dict)
 
@@ -62,22 +65,31 @@ class VacuumResult:
             "files_deleted": self.files_deleted,
             "bytes_deleted": self.bytes_deleted,
             "oldest_readable": self.oldest_readable,
+            "folded": self.folded,
             "dry_run": self.dry_run,
             "files": list(self.files),
         }
 
     def summary(self) -> str:
-        if not self.expired:
+        if not (self.expired or self.folded):
             return (
                 f"{self.table}: nothing past retention to delete; versions from "
                 f"{self.oldest_readable} on can be read"
             )
         verb = "would delete" if self.dry_run else "deleted"
         at = f" as version {self.version}" if self.version is not None else ""
-        return (
-            f"{self.table}: {verb} {self.files_deleted} retained file(s), {self.bytes_deleted} bytes, "
-            f"of {len(self.expired)} version(s){at}; versions from {self.oldest_readable} on can be read"
-        )
+        parts = []
+        if self.expired:
+            parts.append(
+                f"{self.files_deleted} retained file(s), {self.bytes_deleted} bytes, of "
+                f"{len(self.expired)} version(s)"
+            )
+        if self.folded:
+            parts.append(
+                f"{self.folded} journal entries (folded into the base of version {self.oldest_readable})"
+            )
+        done = " and ".join(parts)
+        return f"{self.table}: {verb} {done}{at}; versions from {self.oldest_readable} on can be read"
 
 
 def vacuum(
@@ -139,27 +151,42 @@ def _vacuum(
     force: bool,
 ) -> VacuumResult:
     versions = journal.versions()
-    newest = journal.newest(versions)
-    if newest is None:
+    if not versions:
         return VacuumResult(target.name, None, (), 0, 0, 0, dry_run=lock is None)
+    entries = journal.all_entries(versions, target.name)
+    newest = entries[-1]
     stored = newest.retention
     policy = chosen_retention(retain_versions, retain_hours, stored) or DEFAULT_RETENTION
     now = journal.commit_time(versions, newest)
-    expired = journal.expiring(policy, newest.version, now)
-    if not expired:
-        oldest = _oldest_readable(journal, versions, newest.version)
+    oldest = keep_from(policy, entries, now)
+    expired = tuple(k for k in journal.retained_versions() if k <= oldest)
+    fold = oldest if oldest > entries[0].version else None
+    if not expired and fold is None:
         return VacuumResult(target.name, None, (), 0, 0, oldest, dry_run=lock is None)
-    if not force:
+    if expired and not force:
         _check_safe(journal, target, expired, now, retain_versions, retain_hours)
     kept = {k: journal.storage.list_data_files(journal.retained_dir(k)) for k in expired}
     files = sum(len(found) for found in kept.values())
     size = sum(f.size for found in kept.values() for f in found)
-    oldest = max(max(expired), _oldest_readable(journal, versions, newest.version))
+    # the entries the base stands for from now on (the base before it is not one)
+    folded = sum(
+        1 for e in entries if fold is not None and e.version <= fold and e.operation != BASE_OPERATION
+    )
     if lock is None:
         paths = tuple(f.path for k in expired for f in kept[k])
-        return VacuumResult(target.name, None, expired, files, size, oldest, True, paths)
+        return VacuumResult(target.name, None, expired, files, size, oldest, True, folded, paths)
     number = journal.next_version(versions, target.name)
-    metrics = {"numVersionsExpired": len(expired), "numFilesDeleted": files, "numBytesDeleted": size}
+    base = None
+    if fold is not None:
+        made = folded_base(journal, entries, fold, number)
+        base = (fold, journal.write_base(made))
+        faults.fault_point("vacuum_base")
+    metrics = {
+        "numVersionsExpired": len(expired),
+        "numFilesDeleted": files,
+        "numBytesDeleted": size,
+        "numVersionsFolded": folded,
+    }
     entry = Entry(
         version=number,
         table=target.qualified_name,
@@ -171,6 +198,7 @@ def _vacuum(
         cluster_by=newest.cluster_by,
         retention=stored,
         expired=expired,
+        base=base,
     )
     lock.check()
     journal.check(entry, target, recovering=False)
@@ -180,9 +208,67 @@ def _vacuum(
         journal.apply(spark, entry, target, steps="vacuum_")
     except Exception as exc:
         raise MergeCommittedError(target.name, number, exc) from exc
-    done = VacuumResult(target.name, number, expired, files, size, oldest, False, (), metrics)
+    done = VacuumResult(target.name, number, expired, files, size, oldest, False, folded, (), metrics)
     logger.info("rowmerge: %s", done.summary())
     return done
+
+
+def keep_from(policy: Retention, entries: Sequence[Entry], now: datetime) -> int:
+    """The oldest version ``policy`` still keeps readable at ``now``, given every entry:
+    the newest ``versions`` before the newest one, and every version current less than
+    ``hours`` ago (the one current ``hours`` ago included); the newest alone when off."""
+    newest = entries[-1].version
+    by_hours = newest
+    if policy.hours > 0:
+        cutoff = now - timedelta(hours=policy.hours)
+        then = [e.version for e in entries if parse_iso(e.timestamp) <= cutoff]
+        by_hours = then[-1] if then else entries[0].version
+    return max(entries[0].version, min(newest - policy.versions, by_hours))
+
+
+def folded_base(journal: Journal, entries: Sequence[Entry], version: int, vacuum_version: int) -> Base:
+    """The base of ``version``: ``entries`` up to it folded (the first one the journal's
+    current base, if it has one)."""
+    folded = [e for e in entries if e.version <= version]
+    files: dict[str, FileEntry] = {}
+    for e in folded:
+        fold_entry(files, e)
+    previous = journal.base()
+    created = previous.created if previous is not None else tuple(f.path for f in folded[0].added)
+    feed_tables: list[str] = []
+    feed_table = None
+    found_writer = False
+    for e in reversed(folded):
+        if e.cdf is not None and e.cdf.table not in feed_tables:
+            feed_tables.append(e.cdf.table)
+        if not found_writer and e.operation in ("MERGE", "REPLACE TABLE", "RESTORE") and e.txn is not None:
+            feed_table, found_writer = (e.cdf.table if e.cdf is not None else None), True
+    if previous is not None:
+        feed_tables += [t for t in previous.feed_tables if t not in feed_tables]
+        if not found_writer:
+            feed_table = previous.feed_table
+    rows = sum(int(h["rows_inserted"]) - int(h["rows_deleted"]) for h in map(_counts, folded))
+    last = folded[-1]
+    return Base(
+        version=version,
+        vacuum_version=vacuum_version,
+        table=last.table,
+        timestamp=last.timestamp,
+        files=tuple(files[p] for p in sorted(files)),
+        created=tuple(p for p in created if p in files),
+        first=previous.first if previous is not None else folded[0].version,
+        first_timestamp=previous.first_timestamp if previous is not None else folded[0].timestamp,
+        folded=version - (previous.first if previous is not None else folded[0].version) + 1,
+        rows=max(rows, 0),
+        cluster_by=last.cluster_by,
+        retention=last.retention,
+        feed_tables=tuple(feed_tables),
+        feed_table=feed_table,
+    )
+
+
+def _counts(entry: Entry) -> dict[str, Any]:
+    return history_row(entry, True)
 
 
 def _check_safe(
@@ -218,24 +304,3 @@ def _check_safe(
             "(dbt: `force: true`) to delete them anyway."
         ]
     )
-
-
-def _oldest_readable(journal: Journal, versions: Sequence[int], newest: int) -> int:
-    """The oldest version whose files are all still kept (before any new expiry): the one
-    after the newest version whose replacing version's folder is gone or was never kept."""
-    kept = set(journal.retained_versions())
-    oldest = newest
-    for v in reversed([v for v in versions if v < newest]):
-        if v + 1 not in kept and _replaced_files(journal, v + 1):
-            break
-        oldest = v
-    return oldest
-
-
-def _replaced_files(journal: Journal, version: int) -> bool:
-    """Whether ``version`` replaced any file (a version that replaced none keeps its
-    predecessor readable without a retained folder)."""
-    try:
-        return bool(journal.read_entry(version).removed)
-    except Exception:  # noqa: BLE001 - an unreadable entry: assume it did
-        return True

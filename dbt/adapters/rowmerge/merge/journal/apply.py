@@ -13,17 +13,28 @@ from pyspark.sql.utils import AnalysisException
 from .. import faults
 from ..errors import JournalError, spark_reason
 from ..table import (
+    COMMIT_VERSION,
     TargetTable,
     add_columns,
     column_ddl,
     create_table_at,
     describe_table,
+    quote,
     register_partitions,
     sql_name,
 )
+from .base import sha256
 from .commit import Writer
-from .entry import Entry, FeedFiles, FileEntry
-from .layout import STAGING_DIR, VERSION_DIGITS
+from .entry import Entry, FeedExpiry, FeedFiles, FileEntry
+from .layout import (
+    APPLIED_SUFFIX,
+    BASE_SUFFIX,
+    CHECKPOINT_SUFFIX,
+    ENTRY_SUFFIX,
+    LOG_NAME,
+    STAGING_DIR,
+    VERSION_DIGITS,
+)
 
 
 class StepNotDone(OSError):
@@ -91,6 +102,10 @@ class Journal(Writer):
         for i, k in enumerate(entry.expired):
             self.storage.delete(self.retained_dir(k), recursive=True)
             faults.fault_point(f"{steps}expire_{i}")
+        if entry.base is not None:
+            self._fold(entry, steps)
+        if entry.feed_expired is not None:
+            self._drop_feed_versions(spark, entry.feed_expired, steps)
         faults.fault_point(f"{steps}before_applied")
         marker = self.applied_path(entry.version)
         if not self.storage.create_if_absent(marker, "") and not self.storage.exists(marker):
@@ -101,6 +116,52 @@ class Journal(Writer):
         spark.catalog.refreshTable(target.ident)
         if feed_ident:
             spark.catalog.refreshTable(feed_ident)
+
+    def _fold(self, entry: Entry, steps: str) -> None:
+        """Delete what the base ``entry`` commits stands for: the entries it folds first (once
+        they are gone no reader can take one for a version), then their applied markers and
+        statistics checkpoints, and older bases. Only after checking that the base is the
+        file the entry names: without it those entries would be the only record left."""
+        assert entry.base is not None
+        b, digest = entry.base
+        path = self.base_path(b)
+        try:
+            text: str | None = self.storage.read_text(path)
+        except Exception:  # noqa: BLE001 - missing or unreadable: the same refusal
+            text = None
+        if text is None or sha256(text) != digest:
+            raise JournalError(
+                f"Cannot finish version {entry.version} of {entry.table}: the base it commits, {path}, "
+                f"is {'missing' if text is None else 'not the file it names'}, so the entries it folds "
+                "are kept. Put that file back from a backup (or the entries it folded were not deleted "
+                "yet: move the damaged base out of the folder and run again). Nothing else was changed."
+            )
+        doomed: dict[str, list[str]] = {}
+        for name in self.storage.list_names(self.log_dir):
+            found = LOG_NAME.match(name)
+            if not found or len(found.group(1)) != VERSION_DIGITS:
+                continue
+            version, suffix = int(found.group(1)), found.group(2)
+            if version < b or (version == b and suffix != BASE_SUFFIX):
+                doomed.setdefault(suffix, []).append(name)
+        for suffix in (ENTRY_SUFFIX, APPLIED_SUFFIX, CHECKPOINT_SUFFIX, BASE_SUFFIX):
+            for name in sorted(doomed.get(suffix, ())):
+                self.storage.delete(f"{self.log_dir}/{name}")
+            faults.fault_point(f"{steps}fold{suffix.replace('.', '_')}")
+
+    def _drop_feed_versions(self, spark: SparkSession, expiry: FeedExpiry, steps: str) -> None:
+        """Drop the change-feed versions a VACUUM expires: from the catalog first (readers of
+        the change table stop seeing them at once), then their folders. Repeatable: a version
+        already gone is skipped; a change table dropped since needs no catalog step."""
+        specs = [f"PARTITION ({quote(COMMIT_VERSION)} = {k})" for k in expiry.versions]
+        ident = sql_name(expiry.table)
+        if specs and spark.catalog.tableExists(ident):
+            for i in range(0, len(specs), 100):
+                spark.sql(f"ALTER TABLE {ident} DROP IF EXISTS {', '.join(specs[i : i + 100])}")
+        faults.fault_point(f"{steps}feed_dropped")
+        for k in expiry.versions:
+            self.storage.delete(f"{expiry.location}/{COMMIT_VERSION}={k}", recursive=True)
+        faults.fault_point(f"{steps}feed_deleted")
 
     def _move(self, staged: str, path: str) -> None:
         """Move a staged file into place. A rename the storage reports as not done is done all

@@ -119,7 +119,7 @@ class Checkpoints(LogReader):
             r = Reader(raw if isinstance(raw, dict) else {})
             if r.integer("format") != CHECKPOINT_FORMAT or r.integer("version") != version:
                 return None
-            entry_text = self.storage.read_text(self.entry_path(version))
+            entry_text = self._read_entry_text(version)[0]
             if r.string("entry_sha256") != hashlib.sha256(entry_text.encode()).hexdigest():
                 return None  # folded from another journal's entries (before a full refresh)
             return {f.path: f for f in r.files("files", staged=False)}

@@ -14,6 +14,7 @@ from ..filestats import FileSummary
 from ..lock import LOCK_DIR
 from ..storage import FileInfo
 from ..table import COMMIT_VERSION, TargetTable
+from .base import Base, sha256
 from .checks import Checks
 from .entry import Entry, FeedFiles, FileEntry
 from .layout import MAX_VERSION, Staging, below, iso, new_txn, parse_iso, spec_digest, utc_now
@@ -224,7 +225,11 @@ class Writer(Checks):
         if retention is None:  # never chosen, and the default keeps nothing: none was kept
             return ()
         out = []
+        base = self.base()
         for k in self.retained_versions():
+            if base is not None and k <= base.version:
+                out.append(k)  # a version a vacuum folded: no reader can ask for it
+                continue
             if k > version or k > version - retention.versions:
                 continue
             try:
@@ -234,6 +239,26 @@ class Writer(Checks):
             if not retention.keeps(k, committed, version, now):
                 out.append(k)
         return tuple(out)
+
+    def write_base(self, base: Base) -> str:
+        """Write ``base`` (replacing a leftover no entry commits: a vacuum that stopped before
+        its commit point) and read it back; the SHA-256 of its text, for the VACUUM entry to
+        name. Hold the lock: no committed base is ever newer than the one being written."""
+        path, text = self.base_path(base.version), base.to_json()
+        if not self.storage.create_if_absent(path, text):
+            self.storage.delete(path)
+            if not self.storage.create_if_absent(path, text):
+                raise StorageError(
+                    f"Could not write {path}: another process wrote it meanwhile. Nothing was changed."
+                )
+        read = self.storage.read_text(path)
+        if read != text:
+            raise StorageError(
+                f"{path} did not read back as it was written ({len(read)} of {len(text)} characters): "
+                "the vacuum stops before folding any entry into it. Nothing was changed."
+            )
+        Base.parse(read, base.version)
+        return sha256(read)
 
     def write_initial(self, entry: Entry) -> None:
         """Create version 0 (the table as created or as found), already applied."""

@@ -94,6 +94,18 @@ class FeedFiles:
 
 
 @dataclass(frozen=True)
+class FeedExpiry:
+    """Change-feed versions a VACUUM drops from a change table (partitions and their files)."""
+
+    table: str  # the change table's name, as the spec gave it
+    location: str  # qualified
+    versions: tuple[int, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"table": self.table, "location": self.location, "versions": list(self.versions)}
+
+
+@dataclass(frozen=True)
 class Entry:
     """One version of the table: what recovery needs to finish its commit on its own."""
 
@@ -127,6 +139,10 @@ class Entry:
     # The versions whose retained folders this version's apply deletes: they fell out of
     # retention (retention.py) when it committed, or a vacuum expired them.
     expired: tuple[int, ...] = ()
+    # VACUUM only: the base (base.py) it commits, as (its version, the SHA-256 of its text);
+    # its apply deletes the entries that base folds.
+    base: tuple[int, str] | None = None
+    feed_expired: FeedExpiry | None = None  # VACUUM only: change-feed versions it drops
 
     @property
     def retains(self) -> bool:
@@ -189,6 +205,10 @@ class Entry:
             out["retention"] = self.retention.as_json()
         if self.expired:
             out["expired"] = list(self.expired)
+        if self.base is not None:
+            out["base"] = {"version": self.base[0], "sha256": self.base[1]}
+        if self.feed_expired is not None:
+            out["feed_expired"] = self.feed_expired.as_json()
         out["added"] = [f.as_json() for f in self.added]
         out["removed"] = [f.as_json() for f in self.removed]
         if self.is_write:
@@ -266,7 +286,29 @@ class Entry:
             retention=_retention(r, entry_format),
             restored=r.integer("restored") if operation == "RESTORE" else None,
             expired=_expired(r, version) if entry_format >= 4 else (),
+            base=_base(r, version) if operation == "VACUUM" and "base" in raw else None,
+            feed_expired=_feed_expired(r, version)
+            if operation == "VACUUM" and "feed_expired" in raw
+            else None,
         )
+
+
+def _feed_expired(r: Reader, version: int) -> FeedExpiry:
+    f = Reader(r.mapping("feed_expired"), "feed_expired.")
+    versions = f.items("versions")
+    if not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < version for k in versions):
+        raise EntryInvalid(
+            f"has `feed_expired.versions` = {versions!r}, not a list of versions before {version}"
+        )
+    return FeedExpiry(f.string("table"), f.string("location"), tuple(versions))
+
+
+def _base(r: Reader, version: int) -> tuple[int, str]:
+    b = Reader(r.mapping("base"), "base.")
+    found = b.integer("version"), b.string("sha256")
+    if found[0] >= version:
+        raise EntryInvalid(f"commits the base of version {found[0]}, not one before {version}")
+    return found
 
 
 def _expired(r: Reader, version: int) -> tuple[int, ...]:

@@ -27,12 +27,13 @@ CDF_DIR = "cdf"
 ENTRY_SUFFIX = ".json"
 APPLIED_SUFFIX = ".applied"
 CHECKPOINT_SUFFIX = ".stats.json"  # a statistics checkpoint (checkpoint.py)
+BASE_SUFFIX = ".base.json"  # the record of the versions a vacuum folded (base.py)
 VERSION_DIGITS = 20
 # A version is a change feed's _commit_version (BIGINT): the largest one a commit may take.
 MAX_VERSION = 2**63 - 1
 # Names in the log folder: <20 digits><suffix>; a digit-named file of another width was not
 # written by a journal, and recovery stops on it instead of guessing (see Journal.scan_log).
-LOG_NAME = re.compile(r"^(\d+)(\.json|\.applied|\.stats\.json)$")
+LOG_NAME = re.compile(r"^(\d+)(\.json|\.applied|\.stats\.json|\.base\.json)$")
 TXN = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]*$")
 
 
@@ -153,6 +154,9 @@ class JournalFiles:
 
     def checkpoint_path(self, version: int) -> str:
         return f"{self.log_dir}/{version:0{VERSION_DIGITS}d}{CHECKPOINT_SUFFIX}"
+
+    def base_path(self, version: int) -> str:
+        return f"{self.log_dir}/{version:0{VERSION_DIGITS}d}{BASE_SUFFIX}"
 
     def retained_dir(self, version: int) -> str:
         """Where the files ``version`` replaced are kept (retention.py)."""

@@ -7,9 +7,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import JournalError
+from .base import Base, sha256
 from .entry import Entry, EntryInvalid, EntryTooNew, history_row, unreadable_row
 from .layout import (
     APPLIED_SUFFIX,
+    BASE_SUFFIX,
     ENTRY_SUFFIX,
     LOG_NAME,
     MAX_VERSION,
@@ -35,8 +37,12 @@ class LogReader(JournalFiles):
         A stray is a file named like a journal file that no journal writes: a version of
         another width than the journal's (``7.json``), or one past :data:`MAX_VERSION`. It is
         never read as an entry (its version would not name its file); recovery stops on it.
+
+        After a vacuum folded the journal, its base (base.py) is the oldest version, applied,
+        and the entries it folds are not versions any more (a vacuum deletes them once it
+        has committed the base; until then they are left alone).
         """
-        entries, applied, strays = [], set(), []
+        entries, applied, strays, bases = [], set(), [], []
         for n in self.storage.list_names(self.log_dir):
             found = LOG_NAME.match(n)
             if not found:
@@ -48,7 +54,46 @@ class LogReader(JournalFiles):
                 entries.append(int(head))
             elif suffix == APPLIED_SUFFIX:
                 applied.add(int(head))
-        return sorted(entries), applied, strays
+            elif suffix == BASE_SUFFIX:
+                bases.append(int(head))
+        entries.sort()
+        base = self._committed_base(bases, entries)
+        self._base = base
+        if base is None:
+            return entries, applied, strays
+        kept = [v for v in entries if v > base.version]
+        return [base.version, *kept], {v for v in applied if v > base.version} | {base.version}, strays
+
+    def base(self) -> Base | None:
+        """The base the journal starts from (None: it was never folded)."""
+        if not hasattr(self, "_base"):
+            self.scan_log()
+        return self._base
+
+    def _committed_base(self, bases: Sequence[int], entries: Sequence[int]) -> Base | None:
+        """The newest base that a VACUUM entry commits: it names the base's SHA-256, and the
+        base names it. One that no entry commits is a leftover of a vacuum that did not get
+        to its commit point, and is ignored. Bases are read once per journal object."""
+        cache: dict[int, tuple[str, Base] | None] = self.__dict__.setdefault("_bases", {})
+        present = set(entries)
+        for b in sorted(bases, reverse=True):
+            if b not in cache:
+                try:
+                    text = self.storage.read_text(self.base_path(b))
+                    cache[b] = (text, Base.parse(text, b))
+                except Exception:  # noqa: BLE001 - a half-written leftover; judged below
+                    cache[b] = None
+            found = cache[b]
+            w = found[1].vacuum_version if found is not None else None
+            if found is None or w not in present:
+                continue
+            try:
+                vacuum = self._read_file_entry(w)[1]
+            except (OSError, EntryInvalid):
+                continue
+            if vacuum.operation == "VACUUM" and vacuum.base == (b, sha256(found[0])):
+                return found[1]
+        return None
 
     def retained_versions(self) -> list[int]:
         """The versions whose replaced files are kept in ``retained/<version>/`` now."""
@@ -69,7 +114,15 @@ class LogReader(JournalFiles):
 
     def _read_entry_text(self, version: int) -> tuple[str, Entry]:
         """The text of ``version``'s entry and the entry it holds (a statistics checkpoint names
-        the text's SHA-256)."""
+        the text's SHA-256); for the base's version, the base's."""
+        base = self.base()
+        if base is not None and version == base.version:
+            text = self.__dict__["_bases"][version][0]
+            return text, base.as_entry()
+        return self._read_file_entry(version)
+
+    def _read_file_entry(self, version: int) -> tuple[str, Entry]:
+        """The text of the entry file of ``version`` and the entry it holds."""
         try:
             text = self.storage.read_text(self.entry_path(version))
         except UnicodeDecodeError as exc:
@@ -135,7 +188,17 @@ class LogReader(JournalFiles):
                 continue
             if cdf is not None and cdf.table not in out:
                 out.append(cdf.table)
+        base = self.base()
+        out += [name for name in (base.feed_tables if base else ()) if name not in out]
         return out
+
+    def created_paths(self) -> frozenset[str]:
+        """The files version 0 found in the table (compaction leaves them alone while they
+        are idle); those still in the table, once a vacuum folded version 0 into the base."""
+        base = self.base()
+        if base is not None:
+            return frozenset(base.created)
+        return frozenset(f.path for f in self.read_entry(0).added)
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         out = []

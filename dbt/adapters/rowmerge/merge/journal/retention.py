@@ -33,6 +33,9 @@ class Retention:
 
     versions: int
     hours: float
+    # The change feed keeps the rows of this many newest versions (None: of every version);
+    # vacuum drops the older ones.
+    feed_versions: int | None = None
 
     @property
     def on(self) -> bool:
@@ -48,7 +51,10 @@ class Retention:
         return self.hours > 0 and committed > now - timedelta(hours=self.hours)
 
     def as_json(self) -> dict[str, Any]:
-        return {"versions": self.versions, "hours": self.hours}
+        out: dict[str, Any] = {"versions": self.versions, "hours": self.hours}
+        if self.feed_versions is not None:
+            out["feed_versions"] = self.feed_versions
+        return out
 
     @staticmethod
     def from_json(raw: Any) -> Retention | None:
@@ -61,21 +67,27 @@ class Retention:
             return None
         if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not hours >= 0:
             return None
-        return Retention(versions, float(hours))
+        feed = raw.get("feed_versions")
+        if feed is not None and (isinstance(feed, bool) or not isinstance(feed, int) or feed < 1):
+            return None
+        return Retention(versions, float(hours), feed)
 
 
 DEFAULT_RETENTION = Retention(DEFAULT_RETAIN_VERSIONS, DEFAULT_RETAIN_HOURS)
 
 
-def chosen(versions: int | None, hours: float | None, stored: Retention | None) -> Retention | None:
+def chosen(
+    versions: int | None, hours: float | None, stored: Retention | None, feed_versions: int | None = None
+) -> Retention | None:
     """The retention a new version records: each setting given now (a model's config, an
     operation's argument), else the table's stored one, else the default. None when nothing
     was ever chosen and the default keeps nothing: an entry stores the policy only when it
     was chosen or decides what applying the entry does."""
-    if versions is None and hours is None and stored is None:
+    if versions is None and hours is None and feed_versions is None and stored is None:
         return DEFAULT_RETENTION if DEFAULT_RETENTION.on else None
     base = stored or DEFAULT_RETENTION
     return Retention(
         base.versions if versions is None else versions,
         base.hours if hours is None else float(hours),
+        base.feed_versions if feed_versions is None else feed_versions,
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..errors import JournalError
+from .base import BASE_OPERATION
 from .checkpoint import ENTRY_READ_THREADS, Checkpoints
 from .entry import Entry, FileEntry, fold
 from .layout import parse_iso
@@ -56,6 +57,12 @@ class Snapshots(Checkpoints):
         as_of.py for one that is not yet); a JournalError naming the oldest version that can
         be read when one of them is gone."""
         versions = [e.version for e in entries]
+        if versions and entries[0].operation == BASE_OPERATION and version < versions[0]:
+            raise JournalError(
+                f"Version {version} of {table} can no longer be read: a vacuum folded the versions "
+                f"before {versions[0]} (past the table's retention). Every version from {versions[0]} "
+                "on can be read. Nothing was read."
+            )
         if version not in versions:
             newest = versions[-1] if versions else 0
             raise JournalError(
