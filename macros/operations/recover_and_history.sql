@@ -78,13 +78,14 @@
 
 {#-- Delete the files a table keeps past its retention, as a VACUUM version:
      dbt run-operation rowmerge_vacuum --args '{relation: analytics.orders}'
-     retain_versions / retain_hours: keep this much instead of the table's retention, this once;
+     retain_versions / retain_hours: keep this much instead of the table's retention, this once
+     (change_feed_retain_versions: the change feed's versions likewise);
      files of versions current less than an hour ago are refused unless force: true;
      dry_run: true lists what it would delete and the bytes. As a post-hook:
      post_hook="{{ rowmerge_vacuum(this) }}". --#}
-{% macro rowmerge_vacuum(relation, retain_versions=none, retain_hours=none, dry_run=false, force=false) %}
+{% macro rowmerge_vacuum(relation, retain_versions=none, retain_hours=none, dry_run=false, force=false, change_feed_retain_versions=none) %}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
-  {%- set done = adapter.rowmerge_vacuum(relation, retain_versions, retain_hours, dry_run, force) -%}
+  {%- set done = adapter.rowmerge_vacuum(relation, retain_versions, retain_hours, dry_run, force, change_feed_retain_versions) -%}
   {{ log("rowmerge_vacuum " ~ relation ~ ": " ~ done.message, info=True) }}
   {%- if dry_run -%}
     {%- for path in done.files -%}

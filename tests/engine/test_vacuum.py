@@ -310,3 +310,52 @@ def test_a_merge_killed_while_it_expires_is_finished_by_recovery(spark, db, monk
     assert _kept(spark, t) == [3]
     assert rows(spark, t) == sorted([r for r in saved[2] if r[0] != 1] + [(1, "three")])
     assert _read(spark, t, 2) == saved[2]
+
+
+def _feed_versions(spark, t: str) -> list[int]:
+    """The versions the change table has rows of (read unfiltered: see test_change_feed)."""
+    spark.catalog.refreshTable(f"{t}__changes")
+    return sorted({r[0] for r in spark.table(f"{t}__changes").select("_commit_version").collect()})
+
+
+def test_vacuum_drops_change_feed_versions_past_change_feed_retain_versions(spark, db):
+    from dbt.adapters.rowmerge.merge import changes_range
+
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a")], [(2, "b")]])
+    for i in range(1, 6):
+        src = source_view(spark, f"{db}_f{i}", "id long, v string", [(1, f"v{i}"), (10 + i, "new")])
+        merge(spark, t, src, UPSERT, auto_compact=False, change_data_feed={"table": f"{t}__changes"})
+    assert _feed_versions(spark, t) == [1, 2, 3, 4, 5]
+    changes = os.path.join(table_dir(spark, f"{t}__changes"))
+    dry = vacuum(spark, t, change_feed_retain_versions=2, dry_run=True)
+    assert (dry.feed_dropped, dry.version) == (3, None) and _feed_versions(spark, t) == [1, 2, 3, 4, 5]
+    done = vacuum(spark, t, change_feed_retain_versions=2)
+    assert (done.version, done.feed_dropped) == (6, 3)
+    assert "3 change-feed version(s)" in done.summary()
+    assert _feed_versions(spark, t) == [4, 5]
+    assert sorted(n for n in os.listdir(changes) if n.startswith("_commit")) == [
+        "_commit_version=4",
+        "_commit_version=5",
+    ]
+    assert history(spark, t)[0]["metrics"]["feedKeptFrom"] == 4
+    # a consumer asking for dropped versions is told, not silently given less
+    with pytest.raises(ValueError, match="no longer holds versions before 4: a vacuum dropped them"):
+        changes_range(spark, t, start_version=2)
+    assert changes_range(spark, t, start_version=4).start == 4
+    # later merges feed on; a fold keeps what was dropped on record
+    src = source_view(spark, f"{db}_f7", "id long, v string", [(2, "seven")])
+    merge(spark, t, src, UPSERT, auto_compact=False, change_data_feed={"table": f"{t}__changes"})
+    assert _feed_versions(spark, t) == [4, 5, 7]
+    vacuum(spark, t, retain_versions=1)
+    assert [h["operation"] for h in history(spark, t)][-1] == "BASE"
+    with pytest.raises(ValueError, match="no longer holds versions before 4"):
+        changes_range(spark, t, start_version=3)
+
+
+def test_change_feed_retain_versions_must_be_at_least_one(spark, db):
+    t, _ = _table_with_history(spark, db, 1)
+    with pytest.raises(
+        MergeSpecError, match="`change_feed_retain_versions` must be a whole number >= 1, got 0"
+    ):
+        vacuum(spark, t, change_feed_retain_versions=0)

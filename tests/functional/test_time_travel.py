@@ -103,7 +103,8 @@ class TestVacuumOperation:
         )
         assert re.search(
             rf"rowmerge_vacuum {re.escape(relation)}: {re.escape(relation)}: would delete \d+ retained "
-            r"file\(s\), \d+ bytes, of 1 version\(s\); versions from 1 on can be read",
+            r"file\(s\), \d+ bytes, of 1 version\(s\) and 2 journal entries \(folded into the base of "
+            r"version 1\); versions from 1 on can be read",
             dry,
         ), dry
         assert "_rowmerge_log/retained/00000000000000000001/" in dry
@@ -121,7 +122,11 @@ class TestVacuumOperation:
                 f"{{relation: {relation}, retain_versions: 1, force: true}}",
             ]
         )
-        assert re.search(r"deleted \d+ retained file\(s\), \d+ bytes, of 1 version\(s\) as version 3", output)
+        assert re.search(
+            r"deleted \d+ retained file\(s\), \d+ bytes, of 1 version\(s\) and 2 journal entries "
+            r"\(folded into the base of version 1\) as version 3",
+            output,
+        ), output
         assert rows(project, "orders") == [(1, "x"), (2, "y"), (3, "c")]
         # version 1 still restores; version 0 is gone
         _, gone = run_dbt_and_capture(

@@ -315,12 +315,19 @@ class RowMergeAdapter(SparkAdapter):
         retain_hours: float | None = None,
         dry_run: Any = False,
         force: Any = False,
+        change_feed_retain_versions: int | None = None,
     ) -> dict[str, Any]:
         """Delete the files the table keeps past its retention, as a VACUUM version."""
         name = _relation_name(relation)
         done = self._engine(
             lambda spark: merge.vacuum(
-                spark, name, retain_versions, retain_hours, dry_run=dry_run, force=force
+                spark,
+                name,
+                retain_versions,
+                retain_hours,
+                dry_run=dry_run,
+                force=force,
+                change_feed_retain_versions=change_feed_retain_versions,
             ),
             name,
         )

@@ -93,6 +93,14 @@ def resolve(
             "consumer with --full-refresh."
         )
     last = latest if end is None else min(end, latest)
+    kept_from = max(int((h.get("metrics") or {}).get("feedKeptFrom") or 0) for _, _, h in versions)
+    if start < kept_from and start <= last:
+        raise ValueError(
+            f"the change feed of {relation} no longer holds versions before {kept_from}: a vacuum "
+            f"dropped them (change_feed_retain_versions), so a consumer reading versions {start} to "
+            f"{last} would miss their changes. Read from version {kept_from} on, and rebuild the "
+            "consumer with --full-refresh; or keep more versions (change_feed_retain_versions)."
+        )
     for v, at, h in versions:
         if start <= v <= last and h.get("feed_skipped"):
             raise ValueError(

@@ -23,17 +23,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql.utils import AnalysisException
 
 from . import faults
 from .callsites import without_call_sites
 from .errors import MergeCommittedError, MergeSpecError
 from .journal import DEFAULT_RETENTION, Entry, FileEntry, Journal, Retention, chosen_retention, history_row
 from .journal.base import BASE_OPERATION, Base
+from .journal.entry import FeedExpiry
 from .journal.entry import fold as fold_entry
 from .journal.layout import iso, parse_iso
 from .lock import TableLock
 from .spec import DEFAULT_LOCK_TIMEOUT_S, Upkeep, parse_upkeep
-from .table import TargetTable, load_target
+from .table import COMMIT_VERSION, TargetTable, describe_table, load_target, sql_name
 
 logger = logging.getLogger("rowmerge")
 
@@ -54,6 +56,7 @@ class VacuumResult:
     oldest_readable: int  # the oldest version as_of and restore can read afterwards
     dry_run: bool = False
     folded: int = 0  # journal entries folded into the base of ``oldest_readable``
+    feed_dropped: int = 0  # change-feed versions dropped from the change table
     files: tuple[str, ...] = ()  # a dry run: every file it would delete
     metrics: dict[str, Any] = field(default_factory=dict)
 
@@ -66,12 +69,13 @@ class VacuumResult:
             "bytes_deleted": self.bytes_deleted,
             "oldest_readable": self.oldest_readable,
             "folded": self.folded,
+            "feed_dropped": self.feed_dropped,
             "dry_run": self.dry_run,
             "files": list(self.files),
         }
 
     def summary(self) -> str:
-        if not (self.expired or self.folded):
+        if not (self.expired or self.folded or self.feed_dropped):
             return (
                 f"{self.table}: nothing past retention to delete; versions from "
                 f"{self.oldest_readable} on can be read"
@@ -84,6 +88,8 @@ class VacuumResult:
                 f"{self.files_deleted} retained file(s), {self.bytes_deleted} bytes, of "
                 f"{len(self.expired)} version(s)"
             )
+        if self.feed_dropped:
+            parts.append(f"{self.feed_dropped} change-feed version(s)")
         if self.folded:
             parts.append(
                 f"{self.folded} journal entries (folded into the base of version {self.oldest_readable})"
@@ -100,17 +106,19 @@ def vacuum(
     dry_run: bool = False,
     force: bool = False,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    change_feed_retain_versions: int | None = None,
 ) -> VacuumResult:
     """Delete the retained files of ``table`` that its retention no longer keeps.
 
     ``retain_versions`` / ``retain_hours``: keep this much instead of the table's stored
-    retention, this once (each defaults to the stored setting). ``dry_run``: list what would
+    retention, this once (each defaults to the stored setting); ``change_feed_retain_versions``
+    likewise for the change feed: the rows of older versions are dropped from the change
+    table (by default every version is kept). ``dry_run``: list what would
     be deleted and its bytes, deleting nothing and taking no lock. ``force``: delete files of
     versions current less than SAFE_HOURS ago too. Raises MergeSpecError for bad arguments
     or an unforced unsafe retention; the table is left as it was.
     """
-    upkeep = _check_arguments(retain_versions, retain_hours, dry_run, force)
-    retain_versions, retain_hours = upkeep.retain_versions, upkeep.retain_hours
+    upkeep = _check_arguments(retain_versions, retain_hours, change_feed_retain_versions, dry_run, force)
     from .run import load_or_finish, open_journal, recover_locked, storage_errors, table_lock
 
     with without_call_sites(), storage_errors(f"VACUUM of {table}"):
@@ -120,19 +128,20 @@ def vacuum(
         if dry_run:
             target = load_target(spark, table)
             journal.check_bound(target)
-            return _vacuum(spark, journal, None, target, retain_versions, retain_hours, force)
+            return _vacuum(spark, journal, None, target, upkeep, force)
         with table_lock(journal, table, OPERATION, lock_timeout_s) as lock:
             target = load_target(spark, table)
             if recover_locked(spark, journal, lock, target).rolled_forward:
                 target = load_target(spark, table)
             journal.check_bound(target)
-            return _vacuum(spark, journal, lock, target, retain_versions, retain_hours, force)
+            return _vacuum(spark, journal, lock, target, upkeep, force)
 
 
-def _check_arguments(versions: Any, hours: Any, dry_run: Any, force: Any) -> Upkeep:
+def _check_arguments(versions: Any, hours: Any, feed_versions: Any, dry_run: Any, force: Any) -> Upkeep:
     """The retention arguments, checked as a model's config keys are (spec.parse_upkeep)."""
     problems: list[str] = []
-    upkeep = parse_upkeep({"retain_versions": versions, "retain_hours": hours}, problems)
+    raw = {"retain_versions": versions, "retain_hours": hours, "change_feed_retain_versions": feed_versions}
+    upkeep = parse_upkeep(raw, problems)
     for key, value in (("dry_run", dry_run), ("force", force)):
         if not isinstance(value, bool):
             problems.append(f"`{key}` must be true or false, got {value!r}")
@@ -146,8 +155,7 @@ def _vacuum(
     journal: Journal,
     lock: TableLock | None,
     target: TargetTable,
-    retain_versions: int | None,
-    retain_hours: float | None,
+    upkeep: Upkeep,
     force: bool,
 ) -> VacuumResult:
     versions = journal.versions()
@@ -156,15 +164,20 @@ def _vacuum(
     entries = journal.all_entries(versions, target.name)
     newest = entries[-1]
     stored = newest.retention
-    policy = chosen_retention(retain_versions, retain_hours, stored) or DEFAULT_RETENTION
+    policy = (
+        chosen_retention(upkeep.retain_versions, upkeep.retain_hours, stored, upkeep.feed_retain_versions)
+        or DEFAULT_RETENTION
+    )
     now = journal.commit_time(versions, newest)
     oldest = keep_from(policy, entries, now)
     expired = tuple(k for k in journal.retained_versions() if k <= oldest)
     fold = oldest if oldest > entries[0].version else None
-    if not expired and fold is None:
+    feed, feed_from = _feed_expiry(spark, journal, entries, policy)
+    if not expired and fold is None and feed is None:
         return VacuumResult(target.name, None, (), 0, 0, oldest, dry_run=lock is None)
     if expired and not force:
-        _check_safe(journal, target, expired, now, retain_versions, retain_hours)
+        _check_safe(journal, target, expired, now, upkeep.retain_versions, upkeep.retain_hours)
+    dropped = len(feed.versions) if feed is not None else 0
     kept = {k: journal.storage.list_data_files(journal.retained_dir(k)) for k in expired}
     files = sum(len(found) for found in kept.values())
     size = sum(f.size for found in kept.values() for f in found)
@@ -174,7 +187,7 @@ def _vacuum(
     )
     if lock is None:
         paths = tuple(f.path for k in expired for f in kept[k])
-        return VacuumResult(target.name, None, expired, files, size, oldest, True, folded, paths)
+        return VacuumResult(target.name, None, expired, files, size, oldest, True, folded, dropped, paths)
     number = journal.next_version(versions, target.name)
     base = None
     if fold is not None:
@@ -187,6 +200,8 @@ def _vacuum(
         "numBytesDeleted": size,
         "numVersionsFolded": folded,
     }
+    if policy.feed_versions is not None:
+        metrics.update(numFeedVersionsDropped=dropped, feedKeptFrom=feed_from)
     entry = Entry(
         version=number,
         table=target.qualified_name,
@@ -199,6 +214,7 @@ def _vacuum(
         retention=stored,
         expired=expired,
         base=base,
+        feed_expired=feed,
     )
     lock.check()
     journal.check(entry, target, recovering=False)
@@ -208,9 +224,40 @@ def _vacuum(
         journal.apply(spark, entry, target, steps="vacuum_")
     except Exception as exc:
         raise MergeCommittedError(target.name, number, exc) from exc
-    done = VacuumResult(target.name, number, expired, files, size, oldest, False, folded, (), metrics)
+    done = VacuumResult(
+        target.name, number, expired, files, size, oldest, False, folded, dropped, (), metrics
+    )
     logger.info("rowmerge: %s", done.summary())
     return done
+
+
+def _feed_expiry(
+    spark: SparkSession, journal: Journal, entries: Sequence[Entry], policy: Retention
+) -> tuple[FeedExpiry | None, int]:
+    """The change-feed versions ``policy`` no longer keeps (in the change table the model
+    writes now), and the oldest version it keeps (0: every one)."""
+    if policy.feed_versions is None:
+        return None, 0
+    cutoff = max(0, entries[-1].version - policy.feed_versions + 1)
+    written = [e.cdf for e in reversed(entries) if e.cdf is not None]
+    base = journal.base()
+    name = written[0].table if written else (base.feed_table if base is not None else None)
+    if name is None:
+        return None, cutoff
+    location = next((c.location for c in written if c.table == name), None)
+    if location is None:
+        try:
+            location = journal.storage.qualify(describe_table(spark, sql_name(name)).location.rstrip("/"))
+        except AnalysisException:
+            return None, cutoff  # dropped: nothing of it to expire
+    prefix = f"{COMMIT_VERSION}="
+    found = sorted(
+        int(n[len(prefix) :])
+        for n in journal.storage.list_names(location)
+        if n.startswith(prefix) and n[len(prefix) :].isdigit()
+    )
+    old = tuple(k for k in found if k < cutoff)
+    return (FeedExpiry(name, location, old) if old else None), cutoff
 
 
 def keep_from(policy: Retention, entries: Sequence[Entry], now: datetime) -> int:
@@ -248,6 +295,7 @@ def folded_base(journal: Journal, entries: Sequence[Entry], version: int, vacuum
         if not found_writer:
             feed_table = previous.feed_table
     rows = sum(int(h["rows_inserted"]) - int(h["rows_deleted"]) for h in map(_counts, folded))
+    feed_kept_from = max(_feed_kept_from(e) for e in folded)
     last = folded[-1]
     return Base(
         version=version,
@@ -264,7 +312,14 @@ def folded_base(journal: Journal, entries: Sequence[Entry], version: int, vacuum
         retention=last.retention,
         feed_tables=tuple(feed_tables),
         feed_table=feed_table,
+        feed_kept_from=feed_kept_from,
     )
+
+
+def _feed_kept_from(entry: Entry) -> int:
+    """The oldest change-feed version a VACUUM (or a base) says is kept (0: every one)."""
+    value = entry.metrics.get("feedKeptFrom", 0) if entry.operation in (OPERATION, BASE_OPERATION) else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _counts(entry: Entry) -> dict[str, Any]:

@@ -53,6 +53,7 @@ class Base:
     retention: Retention | None = None
     feed_tables: tuple[str, ...] = ()  # every change table the folded versions wrote to
     feed_table: str | None = None  # the one the newest version that changed rows wrote to
+    feed_kept_from: int = 0  # the oldest version whose change rows a vacuum kept (0: all)
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
@@ -68,6 +69,7 @@ class Base:
             "created": list(self.created),
             "feed_tables": list(self.feed_tables),
             "feed_table": self.feed_table,
+            "feed_kept_from": self.feed_kept_from,
         }
         if self.cluster_by is not None:
             out["cluster_by"] = list(self.cluster_by)
@@ -113,6 +115,7 @@ class Base:
             retention=retention,
             feed_tables=tuple(r.strings("feed_tables")),
             feed_table=feed_table if isinstance(feed_table, str) and feed_table else None,
+            feed_kept_from=r.integer("feed_kept_from"),
         )
 
     def as_entry(self) -> Entry:
@@ -132,6 +135,7 @@ class Base:
                 "numFiles": len(self.files),
                 "numOutputRows": self.rows,
                 "numOutputBytes": sum(f.size for f in self.files),
+                "feedKeptFrom": self.feed_kept_from,
             },
             cluster_by=self.cluster_by,
             retention=self.retention,
