@@ -36,7 +36,7 @@ demo: $(RUN_STAMP) $(if $(CONNECT),$(CONNECT_STAMP))
 	$(BIN)/python scripts/demo.py $(if $(CONNECT),--connect)
 
 # Every test but the `long` ones: lint, unit, engine, dbt functional, the integration project
-# (locally, on a standalone cluster and through Spark Connect) and the Connect checks.
+# (locally and on a standalone cluster) and the Connect checks.
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20 -m "not long" tests
 

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.long  # `make demo CONNECT=1` and `make test-long`; make test keeps the Connect checks
 def test_integration_project_through_spark_connect(tmp_path: Path) -> None:
     work = tmp_path / "demo"
     proc = subprocess.run(
