@@ -14,6 +14,7 @@ JOURNAL_PARTS = [
     "layout",
     "retention",
     "entry",
+    "base",
     "log",
     "checkpoint",
     "snapshots",

@@ -8,6 +8,7 @@ Layout (``_``-prefixed, so Spark, Hive, Trino and DuckDB never read it as data):
     <table>/_rowmerge_log/<version>.applied        written once every step of the entry is done
     <table>/_rowmerge_log/<version>.stats.json     file statistics as of that version (a cache)
     <table>/_rowmerge_log/retained/<version>/...   files that version replaced, while retained
+    <table>/_rowmerge_log/<version>.base.json      the versions up to it, folded by a vacuum
     <table>/_rowmerge_log/lock/                    the writer lease (see ``lock``)
 
 Version 0 describes the table as dbt created it (or as the first write found it). A writer
@@ -35,6 +36,7 @@ The parts, each building on the one before (one class, :class:`Journal`, in laye
 
 * ``layout``: where the files are, and shared values;
 * ``entry``: the entry format (parse, write, history rows);
+* ``base``: the record of the versions a vacuum folded, which readers start from;
 * ``log``: reading the log (listing, entries, history);
 * ``retention``: how long replaced files are kept in ``retained/<version>/``;
 * ``checkpoint``: file statistics folded from the entries, and their checkpoints;
