@@ -185,7 +185,8 @@ def test_parse_spec_collects_every_problem_at_once() -> None:
     assert problems == [
         "unknown spec key(s) extra; expected some of allow_empty_source, auto_compact, "
         "auto_compact_max_files, auto_compact_max_mb, auto_compact_min_files, change_data_feed, "
-        "change_feed_retain_versions, clauses, cluster_by, constraints, lock_timeout_s, max_delete_fraction, on, on_origin, "
+        "change_feed_retain_versions, clauses, cluster_by, constraints, lock_timeout_s, "
+        "max_delete_fraction, on, on_origin, "
         "optimize_every, retain_hours, retain_versions, schema_evolution, skip_unchanged_updates, "
         "source, source_alias, target, target_alias, target_file_size_mb, version",
         "`version` must be 1, got 2",
