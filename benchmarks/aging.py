@@ -238,11 +238,46 @@ class RowLevelMerge:
         return folder_files(self.dir)
 
     def log_bytes(self) -> int:
-        return folder_bytes(self.dir / "_rowmerge_log")
+        """The journal's bytes (entries, markers, checkpoints), not the retained files."""
+        log = self.dir / "_rowmerge_log"
+        return folder_bytes(log) - self.retained_bytes()
+
+    def retained_bytes(self) -> int:
+        return folder_bytes(self.dir / "_rowmerge_log" / "retained")
 
     def frame(self) -> DataFrame:
         self.spark.catalog.refreshTable(self.table)
         return self.spark.table(self.table)
+
+    def vacuumed(self) -> dict[str, Any]:
+        """Vacuum with the table's own retention (the defaults), then what retention keeps:
+        entries on disk, retained bytes, and the bytes the kept versions removed (read from
+        their entries: a retained folder ``k`` holds exactly what version ``k`` removed)."""
+        from dbt.adapters.rowmerge.merge import vacuum
+
+        t = time.perf_counter()
+        done = vacuum(self.spark, self.table)
+        seconds = time.perf_counter() - t
+        log = self.dir / "_rowmerge_log"
+        names = sorted(os.listdir(log))
+        entries = [n for n in names if n.endswith(".json") and n[:20].isdigit() and len(n) == 25]
+        kept = sorted(int(n) for n in os.listdir(log / "retained")) if (log / "retained").is_dir() else []
+        removed = 0
+        for k in kept:
+            entry = json.loads((log / f"{k:020d}.json").read_text())
+            removed += sum(int(f["size"]) for f in entry.get("removed", []))
+        return {
+            "vacuum_s": round(seconds, 3),
+            "vacuum_version": done.version,
+            "oldest_readable": done.oldest_readable,
+            "entries_on_disk": len(entries),
+            "bases_on_disk": sum(1 for n in names if n.endswith(".base.json")),
+            "retained_versions": len(kept),
+            "retained_mb": round(self.retained_bytes() / 2**20, 2),
+            "removed_by_kept_versions_mb": round(removed / 2**20, 2),
+            "retained_equals_removed": self.retained_bytes() == removed,
+            "log_kb_after_vacuum": round(self.log_bytes() / 1024, 1),
+        }
 
 
 class DeltaRs:
@@ -305,7 +340,17 @@ class RowLevelMergeNoCompaction(RowLevelMerge):
     upkeep = {"auto_compact": False}
 
 
-SYSTEMS = {s.name: s for s in (RowLevelMerge, RowLevelMergeNoCompaction, DeltaRs, DeltaRsOptimized)}
+class RowLevelMergeNoRetention(RowLevelMerge):
+    """Retention's baseline: the same engine with retention off (replaced files deleted)."""
+
+    name = "row_level_merge_no_retention"
+    upkeep = {"retain_versions": 0, "retain_hours": 0}
+
+
+SYSTEMS = {
+    s.name: s
+    for s in (RowLevelMerge, RowLevelMergeNoCompaction, RowLevelMergeNoRetention, DeltaRs, DeltaRsOptimized)
+}
 
 
 SCAN_ROUNDS = 5
@@ -530,6 +575,8 @@ def _decile_end(
         row = {"after_merge": k, **_decile(records).summary(), **data_files(files)}
         row["phase_medians_ms"] = _phase_medians(records)
         row["log_kb"] = round(system.log_bytes() / 1024, 1)
+        if isinstance(system, RowLevelMerge):
+            row["retained_mb"] = round(system.retained_bytes() / 2**20, 2)
         hashes[name] = list(table_hash(system.frame(), base.columns))
         row["hash"] = hashes[name]
         state["deciles"][name].append(row)
@@ -591,6 +638,8 @@ def _finish(
         if isinstance(system, RowLevelMerge):
             m = system.merge(probe, at)
             end[label]["probe_files_read"] = m.get("numTargetFilesAfterSkipping")
+    if isinstance(live.get(RowLevelMerge.name), RowLevelMerge):
+        end[RowLevelMerge.name]["vacuum"] = live[RowLevelMerge.name].vacuumed()
     timeline = {name: [r["s"] for r in records] for name, records in state["records"].items()}
     totals = {name: round(sum(seconds), 1) for name, seconds in timeline.items()}
     return {
@@ -629,9 +678,31 @@ def checks(
     }
     if base in totals:
         out["total time / without compaction"] = (round(totals[ours] / totals[base], 3), 1.1)
-    return {
+    if RowLevelMergeNoRetention.name in totals:
+        out["total time / without retention"] = (
+            round(totals[ours] / totals[RowLevelMergeNoRetention.name], 3),
+            1.05,
+        )
+    held = {
         k: {"measured": m, "limit": lim, "held": m is not None and m <= lim} for k, (m, lim) in out.items()
     }
+    vac = aged.get("vacuum")
+    if vac:
+        from dbt.adapters.rowmerge.merge.journal.checkpoint import CHECKPOINT_INTERVAL
+        from dbt.adapters.rowmerge.merge.journal.retention import DEFAULT_RETAIN_VERSIONS
+
+        limit = DEFAULT_RETAIN_VERSIONS + CHECKPOINT_INTERVAL
+        held["journal entries after vacuum"] = {
+            "measured": vac["entries_on_disk"],
+            "limit": limit,
+            "held": vac["entries_on_disk"] <= limit,
+        }
+        held["retained MB = MB the kept versions removed"] = {
+            "measured": vac["retained_mb"],
+            "limit": vac["removed_by_kept_versions_mb"],
+            "held": vac["retained_equals_removed"],
+        }
+    return held
 
 
 def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
@@ -648,15 +719,15 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
             f"Ran {ran}.",
             "",
             "| system | after merge | mean s | median s | p95 s | jobs | files | median file KB | small "
-            "files | log KB |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "files | log KB | retained MB |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, rows in r["deciles"].items():
             for d in rows:
                 lines.append(
                     f"| {name} | {d['after_merge']} | {d['mean_s']} | {d['median_s']} | {d['p95_s']} | "
                     f"{d['spark_jobs']} | {d['data_files']} | {d['median_file_kb']} | {d['small_files']} | "
-                    f"{d['log_kb']} |"
+                    f"{d['log_kb']} | {d.get('retained_mb', '')} |"
                 )
         lines += [
             "",
@@ -676,6 +747,16 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
             + " |",
             "",
         ]
+        vac = r["end"].get(RowLevelMerge.name, {}).get("vacuum")
+        if vac:
+            lines += [
+                f"Vacuum of row_level_merge after the merges (its default retention): {vac['vacuum_s']} s, "
+                f"{vac['entries_on_disk']} journal entries and {vac['bases_on_disk']} base on disk "
+                f"(log {vac['log_kb_after_vacuum']} KB), versions from {vac['oldest_readable']} readable; "
+                f"{vac['retained_versions']} retained folders, {vac['retained_mb']} MB "
+                f"(the versions they belong to removed {vac['removed_by_kept_versions_mb']} MB).",
+                "",
+            ]
         if r["checks"]:
             lines += ["| target (row_level_merge) | measured | limit | held |", "|---|---|---|---|"]
             for k, c in r["checks"].items():

@@ -98,7 +98,8 @@ def test_a_partitioned_table_with_a_new_partition_and_an_added_column(spark, db)
 def test_without_retention_the_versions_before_a_replacement_are_gone(spark, db):
     t = f"{db}.t"
     create_table(spark, t, "id long, v string", [[(1, "a")], [(2, "b")]])
-    saved = _merges(spark, db, t, [[(3, "c")], [(1, "x")], [(4, "d")]])  # 2 replaces a file
+    # version 2 replaces a file
+    saved = _merges(spark, db, t, [[(3, "c")], [(1, "x")], [(4, "d")]], retain_versions=0)
     for v in (2, 3):
         assert _sorted(as_of(spark, t, version=v)) == saved[v]
     for v in (0, 1):

@@ -100,8 +100,9 @@ def test_journal_first_merge_writes_version_0_and_a_complete_entry(spark, db, t)
     v1 = entry(spark, t, 1)
     assert set(v1) == {
         "format", "version", "table", "operation", "timestamp", "txn", "read_version", "spec_digest",
-        "added", "removed", "partitions", "new_columns", "cdf", "metrics",
+        "added", "removed", "partitions", "new_columns", "cdf", "metrics", "retention",
     }  # fmt: skip
+    assert v1["retention"] == {"versions": 24, "hours": 0.0}  # the default
     assert (v1["version"], v1["read_version"], v1["operation"], v1["table"]) == (1, 0, "MERGE", t)
     assert [f["rows"] for f in v1["removed"]] == [2]  # the file holding 1 and 2
     assert sorted(f["rows"] for f in v1["added"]) == [1, 2]  # rewritten (1, 2) + insert (9)
@@ -115,9 +116,11 @@ def test_journal_first_merge_writes_version_0_and_a_complete_entry(spark, db, t)
         f"{1:020d}.applied",
         f"{1:020d}.json",
         "lock",
+        "retained",  # version 1's: the file it replaced
         "staging",
     ]
     assert os.listdir(log_dir(spark, t) / "staging") == []
+    assert os.listdir(log_dir(spark, t) / "retained") == [f"{1:020d}"]
 
 
 def test_journal_history_rows_and_limit(spark, db, t):

@@ -163,7 +163,8 @@ def test_cluster_by_is_stored_and_honoured_by_later_compactions(spark, db):
     create_table(spark, t, "id long, v string, w long", [[(k, f"v{k}", 100 - k)] for k in range(4)])
     optimize(spark, t, cluster_by=["w"])
     entry = json.loads(open(os.path.join(table_dir(spark, t), "_rowmerge_log", f"{1:020d}.json")).read())
-    assert entry["cluster_by"] == ["w"] and entry["format"] == 3
+    # format 4: it retains what it compacted (the default retention)
+    assert entry["cluster_by"] == ["w"] and entry["format"] == 4
     # a merge carries it on; its auto-compaction sorts by it (w descends as id ascends)
     for k in range(4, 8):
         src = source_view(spark, f"{db}_s{k}", "id long, v string, w long", [(k, f"v{k}", 100 - k)])

@@ -160,7 +160,7 @@ def test_a_partition_a_merge_emptied_comes_back(spark, db):
 
 def test_without_retention_an_earlier_version_is_refused_and_nothing_changes(spark, db):
     t = _table(spark, db)
-    _history(spark, db, t, [[(1, "x")], [(9, "z")]])
+    _history(spark, db, t, [[(1, "x")], [(9, "z")]], retain_versions=0)
     state = folder_digest(table_dir(spark, t))
     with pytest.raises(JournalError, match="Version 0 of .* can no longer be read.*from 1 on can be read"):
         restore(spark, t, version=0)

@@ -79,8 +79,8 @@ def test_the_policy_is_stored_and_carried_until_a_run_changes_it(spark, db):
     _upsert(spark, db, t, "s4", [(1, "w")])  # no setting: still off
     assert _retained(spark, t) == {}
     assert [_entry(spark, t, v).get("retention") for v in (1, 2, 3, 4)] == [
-        {"versions": 0, "hours": 24.0},
-        {"versions": 0, "hours": 24.0},
+        {"versions": 24, "hours": 24.0},  # the setting not given: the default's
+        {"versions": 24, "hours": 24.0},
         {"versions": 0, "hours": 0.0},
         {"versions": 0, "hours": 0.0},
     ]
@@ -89,12 +89,15 @@ def test_the_policy_is_stored_and_carried_until_a_run_changes_it(spark, db):
     assert rows(spark, t) == [(1, "w"), (2, "b")]
 
 
-def test_without_a_policy_entries_store_none_and_files_are_deleted(spark, db):
+def test_without_a_setting_the_default_keeps_the_newest_24_versions(spark, db):
     t = f"{db}.t"
     create_table(spark, t, "id long, v string", [[(1, "a")], [(2, "b")]])
-    _upsert(spark, db, t, "s1", [(1, "x")])
-    assert _retained(spark, t) == {}
-    assert "retention" not in _entry(spark, t, 1) and _entry(spark, t, 1)["format"] == 1
+    for i in range(1, 27):
+        _upsert(spark, db, t, f"s{i}", [(1, f"x{i}")])
+    # version k's retained folder holds version k-1's file of id 1; 2 and up stay (26 - 24)
+    assert sorted(_retained(spark, t)) == [f"{k:020d}" for k in range(3, 27)]
+    assert _entry(spark, t, 1)["retention"] == {"versions": 24, "hours": 0.0}
+    assert _entry(spark, t, 1)["format"] == 4
 
 
 def test_a_partitioned_tables_retained_files_keep_their_partition_folders(spark, db):
@@ -114,8 +117,9 @@ def test_optimize_and_auto_compaction_retain_the_files_they_compact(spark, db):
     create_table(spark, t, "id long, v string", [[(i, "a")] for i in range(4)])
     result = optimize(spark, t, target_file_size_mb=1)
     assert result.version == 1
-    # optimize has no retention argument yet: nothing stored, nothing retained
-    assert _retained(spark, t) == {}
+    # optimize has no retention argument: the default keeps the four files it compacted
+    assert [len(f) for f in _retained(spark, t).values()] == [4]
+    assert _entry(spark, t, 1)["retention"] == {"versions": 24, "hours": 0.0}
     _upsert(spark, db, t, "s1", [(100, "x")], retain_versions=5)
     src = source_view(spark, f"{db}_s2", "id long, v string", [(101, "y")])
     done = merge(spark, t, src, UPSERT, auto_compact_min_files=2)

@@ -292,6 +292,25 @@ def test_a_base_no_vacuum_entry_commits_is_ignored_and_replaced(spark, db, monke
     assert _read(spark, t, 2) == saved[2]
 
 
+def test_a_later_vacuum_deletes_a_leftover_base_newer_than_its_own(spark, db, monkeypatch):
+    t, saved = _table_with_history(spark, db, 3, retain_versions=2)
+
+    def die(at: str) -> None:
+        if at == "vacuum_base":
+            raise Crash(at)
+
+    monkeypatch.setattr(faults, "fault_point", die)
+    with pytest.raises(Crash):
+        vacuum(spark, t, retain_versions=1, force=True)  # would fold up to 2
+    monkeypatch.undo()
+    log = os.path.join(table_dir(spark, t), LOG)
+    assert os.path.exists(os.path.join(log, f"{2:020d}.base.json"))
+    assert vacuum(spark, t).oldest_readable == 1  # the table's own retention folds up to 1
+    assert sorted(n for n in os.listdir(log) if n.endswith(".base.json")) == [f"{1:020d}.base.json"]
+    assert [h["operation"] for h in history(spark, t)] == ["VACUUM", "MERGE", "MERGE", "BASE"]
+    assert [_read(spark, t, v) for v in (1, 2, 3)] == saved[1:4]
+
+
 @pytest.mark.parametrize("step", ["expire_0", "before_applied"])
 def test_a_merge_killed_while_it_expires_is_finished_by_recovery(spark, db, monkeypatch, step):
     t, saved = _table_with_history(spark, db, 2, retain_versions=1)
@@ -347,7 +366,7 @@ def test_vacuum_drops_change_feed_versions_past_change_feed_retain_versions(spar
     src = source_view(spark, f"{db}_f7", "id long, v string", [(2, "seven")])
     merge(spark, t, src, UPSERT, auto_compact=False, change_data_feed={"table": f"{t}__changes"})
     assert _feed_versions(spark, t) == [4, 5, 7]
-    vacuum(spark, t, retain_versions=1)
+    vacuum(spark, t, retain_versions=1, force=True)
     assert [h["operation"] for h in history(spark, t)][-1] == "BASE"
     with pytest.raises(ValueError, match="no longer holds versions before 4"):
         changes_range(spark, t, start_version=3)
@@ -359,3 +378,30 @@ def test_change_feed_retain_versions_must_be_at_least_one(spark, db):
         MergeSpecError, match="`change_feed_retain_versions` must be a whole number >= 1, got 0"
     ):
         vacuum(spark, t, change_feed_retain_versions=0)
+
+
+def test_a_folded_full_refresh_without_change_rows_still_stops_a_feed_read_across_it(spark, db):
+    from dbt.adapters.rowmerge.merge import changes_range, replace_table
+
+    t = f"{db}.t"
+    feed = {"table": f"{t}__changes"}
+    create_table(spark, t, "id long, v string", [[(1, "a")], [(2, "b")]])
+    src = source_view(spark, f"{db}_r1", "id long, v string", [(1, "x")])
+    merge(spark, t, src, UPSERT, change_data_feed=feed)
+    replace_table(
+        spark,
+        t,
+        spark.createDataFrame([(9, "z")], "id long, v string"),
+        change_data_feed=feed["table"],
+        feed_on_replace=False,
+    )
+    for i in range(3, 6):
+        src = source_view(spark, f"{db}_r{i}", "id long, v string", [(9, f"v{i}")])
+        merge(spark, t, src, UPSERT, auto_compact=False, change_data_feed=feed)
+    done = vacuum(spark, t, retain_versions=1, force=True)
+    assert done.folded == 5  # versions 0-4 (the replace is version 2) are now the base
+    base = history(spark, t)[-1]
+    assert (base["operation"], base["version"], base["metrics"]["feedSkippedVersions"]) == ("BASE", 4, [2])
+    with pytest.raises(ValueError, match="version 2 of .* is a full refresh .* that wrote no change rows"):
+        changes_range(spark, t, start_version=1)
+    assert changes_range(spark, t, start_version=3).start == 3

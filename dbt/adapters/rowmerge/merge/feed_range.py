@@ -101,8 +101,12 @@ def resolve(
             f"{last} would miss their changes. Read from version {kept_from} on, and rebuild the "
             "consumer with --full-refresh; or keep more versions (change_feed_retain_versions)."
         )
-    for v, at, h in versions:
-        if start <= v <= last and h.get("feed_skipped"):
+    skipped = [(v, at) for v, at, h in versions if h.get("feed_skipped")]
+    for _, _, h in versions:  # full refreshes a vacuum folded into a base
+        folded = (h.get("metrics") or {}).get("feedSkippedVersions") or ()
+        skipped += [(int(v), None) for v in folded]
+    for v, at in sorted(skipped, key=lambda s: s[0]):
+        if start <= v <= last:
             raise ValueError(
                 f"version {v} of {relation} is a full refresh (REPLACE TABLE"
                 f"{' at ' + at.isoformat() if at else ''}) that wrote no change rows "

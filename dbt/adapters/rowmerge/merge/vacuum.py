@@ -176,7 +176,7 @@ def _vacuum(
     if not expired and fold is None and feed is None:
         return VacuumResult(target.name, None, (), 0, 0, oldest, dry_run=lock is None)
     if expired and not force:
-        _check_safe(journal, target, expired, now, upkeep.retain_versions, upkeep.retain_hours)
+        _check_safe(entries, target, expired, now, upkeep.retain_versions, upkeep.retain_hours)
     dropped = len(feed.versions) if feed is not None else 0
     kept = {k: journal.storage.list_data_files(journal.retained_dir(k)) for k in expired}
     files = sum(len(found) for found in kept.values())
@@ -313,6 +313,12 @@ def folded_base(journal: Journal, entries: Sequence[Entry], version: int, vacuum
         feed_tables=tuple(feed_tables),
         feed_table=feed_table,
         feed_kept_from=feed_kept_from,
+        feed_skipped=tuple(
+            sorted(
+                {e.version for e in folded if e.feed_skipped}
+                | set(previous.feed_skipped if previous is not None else ())
+            )
+        ),
     )
 
 
@@ -327,22 +333,18 @@ def _counts(entry: Entry) -> dict[str, Any]:
 
 
 def _check_safe(
-    journal: Journal,
+    entries: Sequence[Entry],
     target: TargetTable,
     expired: Sequence[int],
     now: Any,
     retain_versions: int | None,
     retain_hours: float | None,
 ) -> None:
-    """Refuse to delete the files of a version that was current less than SAFE_HOURS ago."""
-    recent = []
-    for k in expired:
-        try:
-            committed = parse_iso(journal.read_entry(k).timestamp)
-        except Exception:  # noqa: BLE001 - an unreadable entry: expiring() kept its folder
-            continue
-        if committed > now - timedelta(hours=SAFE_HOURS):
-            recent.append(k - 1)
+    """Refuse to delete the files of a version that was current less than SAFE_HOURS ago
+    (``entries``: every entry the journal holds; a folder whose entry is not among them is one
+    ``expiring`` would delete anyway)."""
+    committed = {e.version: parse_iso(e.timestamp) for e in entries}
+    recent = [k - 1 for k in expired if k in committed and committed[k] > now - timedelta(hours=SAFE_HOURS)]
     if not recent:
         return
     given = ", ".join(

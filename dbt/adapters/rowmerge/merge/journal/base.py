@@ -54,6 +54,8 @@ class Base:
     feed_tables: tuple[str, ...] = ()  # every change table the folded versions wrote to
     feed_table: str | None = None  # the one the newest version that changed rows wrote to
     feed_kept_from: int = 0  # the oldest version whose change rows a vacuum kept (0: all)
+    # folded full refreshes that wrote no change rows: a feed read across one must still fail
+    feed_skipped: tuple[int, ...] = ()
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
@@ -70,6 +72,7 @@ class Base:
             "feed_tables": list(self.feed_tables),
             "feed_table": self.feed_table,
             "feed_kept_from": self.feed_kept_from,
+            "feed_skipped": list(self.feed_skipped),
         }
         if self.cluster_by is not None:
             out["cluster_by"] = list(self.cluster_by)
@@ -116,6 +119,7 @@ class Base:
             feed_tables=tuple(r.strings("feed_tables")),
             feed_table=feed_table if isinstance(feed_table, str) and feed_table else None,
             feed_kept_from=r.integer("feed_kept_from"),
+            feed_skipped=_versions(raw.get("feed_skipped", []), version),
         )
 
     def as_entry(self) -> Entry:
@@ -136,7 +140,19 @@ class Base:
                 "numOutputRows": self.rows,
                 "numOutputBytes": sum(f.size for f in self.files),
                 "feedKeptFrom": self.feed_kept_from,
+                "feedSkippedVersions": list(self.feed_skipped),
             },
             cluster_by=self.cluster_by,
             retention=self.retention,
         )
+
+
+def _versions(raw: Any, version: int) -> tuple[int, ...]:
+    """``feed_skipped``: versions at or below the base's, each once."""
+    if not isinstance(raw, list) or any(
+        isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= version for v in raw
+    ):
+        raise EntryInvalid(f"has `feed_skipped` = {raw!r}, not a list of versions up to {version}")
+    if len(set(raw)) != len(raw):
+        raise EntryInvalid(f"has `feed_skipped` = {raw!r}, naming a version twice")
+    return tuple(sorted(raw))

@@ -17,7 +17,19 @@ from ..table import COMMIT_VERSION, TargetTable
 from .base import Base, sha256
 from .checks import Checks
 from .entry import Entry, FeedFiles, FileEntry
-from .layout import MAX_VERSION, Staging, below, iso, new_txn, parse_iso, spec_digest, utc_now
+from .layout import (
+    BASE_SUFFIX,
+    LOG_NAME,
+    MAX_VERSION,
+    VERSION_DIGITS,
+    Staging,
+    below,
+    iso,
+    new_txn,
+    parse_iso,
+    spec_digest,
+    utc_now,
+)
 from .retention import Retention
 
 
@@ -244,7 +256,9 @@ class Writer(Checks):
         """Write ``base`` (replacing a leftover no entry commits: a vacuum that stopped before
         its commit point) and read it back; the SHA-256 of its text, for the VACUUM entry to
         name. Hold the lock: no committed base is ever newer than the one being written."""
+        self._drop_leftover_bases(base.version)
         path, text = self.base_path(base.version), base.to_json()
+        self.__dict__.get("_bases", {}).pop(base.version, None)  # a leftover read before
         if not self.storage.create_if_absent(path, text):
             self.storage.delete(path)
             if not self.storage.create_if_absent(path, text):
@@ -259,6 +273,19 @@ class Writer(Checks):
             )
         Base.parse(read, base.version)
         return sha256(read)
+
+    def _drop_leftover_bases(self, keep: int) -> None:
+        """Delete the bases no entry commits (vacuums that stopped before their commit point,
+        at other versions than ``keep``, the one being written): under the lock, after
+        recovery, only the committed base counts."""
+        committed = self.base()
+        for name in self.storage.list_names(self.log_dir):
+            found = LOG_NAME.match(name)
+            if not found or found.group(2) != BASE_SUFFIX or len(found.group(1)) != VERSION_DIGITS:
+                continue
+            b = int(found.group(1))
+            if b != keep and (committed is None or b != committed.version):
+                self.storage.delete(f"{self.log_dir}/{name}")
 
     def write_initial(self, entry: Entry) -> None:
         """Create version 0 (the table as created or as found), already applied."""

@@ -20,9 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-# Off until vacuum expires retained files (issue 31): on, a table would keep every file it
-# ever replaced.
-DEFAULT_RETAIN_VERSIONS = 0
+# The newest 24 versions stay readable and restorable: a day of an hourly model, weeks of a
+# daily one — enough to undo a bad run found the next morning. Counted in versions, not hours,
+# so the space it costs is bounded by what 24 versions replace (at worst, a model whose every
+# run rewrites the whole table, 24 copies of it) however often the model runs; hours would make
+# a 2-minute model keep 720 versions. README "Time travel and undo" has the measured cost.
+DEFAULT_RETAIN_VERSIONS = 24
 DEFAULT_RETAIN_HOURS = 0.0
 
 
