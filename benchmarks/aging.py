@@ -240,10 +240,17 @@ class RowLevelMerge:
     def log_bytes(self) -> int:
         """The journal's bytes (entries, markers, checkpoints), not the retained files."""
         log = self.dir / "_rowmerge_log"
-        return folder_bytes(log) - self.retained_bytes()
+        return folder_bytes(log) - folder_bytes(log / "retained")
 
     def retained_bytes(self) -> int:
-        return folder_bytes(self.dir / "_rowmerge_log" / "retained")
+        """The retained data files' bytes (not the checksum files Hadoop moves beside them)."""
+        root = self.dir / "_rowmerge_log" / "retained"
+        return sum(
+            os.path.getsize(os.path.join(d, f))
+            for d, _, names in os.walk(root)
+            for f in names
+            if not f.startswith((".", "_"))
+        )
 
     def frame(self) -> DataFrame:
         self.spark.catalog.refreshTable(self.table)
