@@ -94,14 +94,24 @@ def _applied(spark: SparkSession, table: str) -> bool:
     return bool(history(spark, table, limit=1)[0]["applied"])
 
 
-def test_apply_delete_refused_stops_naming_the_file_and_recovery_finishes(spark, db, refusing):
+@pytest.mark.parametrize("retained", [False, True], ids=["deleted", "retained"])
+def test_apply_delete_refused_stops_naming_the_file_and_recovery_finishes(spark, db, refusing, retained):
+    """A replaced file is deleted (retention off) or moved into ``retained/1/`` (the default
+    retention); either refused stops the apply, naming the file."""
     t, src = _table(spark, db)
     [touched] = files_of(spark, t, "id = 1")
-    refusing(lambda op, path: op == "delete" and path.endswith(os.path.basename(touched)))
+    name = os.path.basename(touched)
+    if retained:
+        refusing(lambda op, path: op == "rename" and f"/_rowmerge_log/retained/{1:020d}/{name}" in path)
+        problem = f"could not move file:{touched}, which version 1 replaces, to "
+    else:
+        refusing(lambda op, path: op == "delete" and path.endswith(name))
+        problem = f"could not delete file:{touched}, which version 1 replaces"
+    extra = {} if retained else {"retain_versions": 0}
 
     with pytest.raises(MergeCommittedError) as raised:
-        merge(spark, t, src, UPSERT, change_data_feed={"table": f"{t}__changes"})
-    assert f"could not delete file:{touched}, which version 1 replaces" in str(raised.value)
+        merge(spark, t, src, UPSERT, change_data_feed={"table": f"{t}__changes"}, **extra)
+    assert problem in str(raised.value)
     assert raised.value.version == 1
     assert not _applied(spark, t)
     # Stuck between the two: the replaced file's rows are still read next to their new versions.
@@ -109,7 +119,7 @@ def test_apply_delete_refused_stops_naming_the_file_and_recovery_finishes(spark,
 
     with pytest.raises(JournalError, match="Cannot finish the interrupted commit of version 1") as again:
         recover(spark, t)
-    assert f"could not delete file:{touched}" in str(again.value)
+    assert problem in str(again.value)
     assert not _applied(spark, t)
 
     refusing(lambda op, path: False)
@@ -117,6 +127,8 @@ def test_apply_delete_refused_stops_naming_the_file_and_recovery_finishes(spark,
     assert rows(spark, t) == AFTER
     assert _feed(spark, f"{t}__changes") == AFTER_FEED
     assert _applied(spark, t)
+    kept = os.path.join(table_dir(spark, t), "_rowmerge_log", "retained", f"{1:020d}", name)
+    assert os.path.exists(kept) == retained
 
 
 def test_apply_rename_refused_stops_naming_the_file_and_recovery_finishes(spark, db, refusing):

@@ -400,7 +400,16 @@ def long_campaign() -> bool:
     return os.environ.get(LONG_ENV) == "1"
 
 
-REPEATED = ("move_", "delete_", "compact_move_", "compact_delete_")  # one step per file
+# One step per file (or per retained folder a VACUUM deletes).
+REPEATED = (
+    "move_",
+    "delete_",
+    "compact_move_",
+    "compact_delete_",
+    "restore_move_",
+    "restore_delete_",
+    "vacuum_expire_",
+)
 
 
 def crash_steps(steps: list[str]) -> list[str]:
@@ -628,7 +637,10 @@ class _Refusing:
     refusal: Refusal
 
     def rename(self, src: str, dst: str) -> bool:
-        if self.refusal.refuses("move", src):
+        # A data file of the table renamed away is a replaced file retained (the delete step of
+        # a table with retention on); a rename out of staging is a move into place.
+        retained = _data_file_of(src, self.refusal.location)
+        if self.refusal.refuses("delete" if retained else "move", src):
             return False
         return bool(super().rename(src, dst))  # type: ignore[misc]
 

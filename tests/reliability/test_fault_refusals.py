@@ -257,6 +257,13 @@ def _step_of(journal: Journal, entry: Entry, path: str) -> tuple[str, str]:
                 f"could not move {f.staged} to {f.path}: the storage reported the move as not done",
             )
     for i, f in enumerate(entry.removed):
+        if f.path == path and entry.retains:  # moved into retained/<version>/, not deleted
+            kept = journal.retained_path(entry.version, f.path)
+            return (
+                f"delete_{i}",
+                f"could not move {f.path}, which version {entry.version} replaces, to {kept} (the "
+                "storage reported the move as not done)",
+            )
         if f.path == path:
             return (
                 f"delete_{i}",

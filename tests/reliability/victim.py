@@ -1,14 +1,19 @@
 """A merge process for the reliability tests: its own Spark, killed or racing on purpose.
 
-    python -m tests.reliability.victim once  JOB.json   # one merge, then exit (or die trying)
+    python -m tests.reliability.victim once  JOB.json   # one job, then exit (or die trying)
     python -m tests.reliability.victim serve ROOT       # one merge per JSON line on stdin
+
+A job is a merge unless its ``kind`` names a table operation: ``restore`` (``version``,
+``unique_key``) or ``vacuum`` (``retain_versions``, ``change_feed_retain_versions``, ``force``),
+run on the job's ``table`` (operation_faults.py kills them after each commit step).
 
 The process has its own in-memory catalog, into which it registers the test's tables by
 location under the same names the test uses (as a second engine sharing the files would),
 so the test process can recover and read them through its own Hive catalog afterwards.
 
 Protocol on stdout: ``MERGING`` right before ``run_merge`` starts (the kill test times its
-SIGKILL from it), then ``RESULT {json}`` or ``ERROR {json}``.
+SIGKILL from it; ``OPERATING`` before a table operation), then ``RESULT {json}`` or
+``ERROR {json}``.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from dbt.adapters.rowmerge.merge import MergeError, run_merge
+from dbt.adapters.rowmerge.merge import MergeError, restore, run_merge, vacuum
 
 # Set by the test: extra JVM options (class-data sharing archive, C1 only) to start faster.
 JAVA_OPTS_ENV = "ROWMERGE_VICTIM_JAVA_OPTS"
@@ -113,13 +119,33 @@ def merge(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# The table operations a job may name as its ``kind``, and the job keys each one takes.
+OPERATIONS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
+    "restore": (restore, ("version", "unique_key")),
+    "vacuum": (vacuum, ("retain_versions", "change_feed_retain_versions", "force")),
+}
+
+
+def operate(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
+    """Run the job's table operation on ``job["table"]``; its result as the RESULT line's data."""
+    register(spark, job["tables"])
+    run, keys = OPERATIONS[job["kind"]]
+    print("OPERATING", flush=True)
+    started = time.time()
+    try:
+        result = run(spark, job["table"], **{k: job[k] for k in keys if k in job})
+    except MergeError as exc:
+        return {"ok": False, "error": type(exc).__name__, "message": str(exc), "started": started}
+    return {"ok": True, "version": result.version, "result": result.as_dict(), "started": started}
+
+
 def main(argv: list[str]) -> int:
     mode, arg = argv[1], argv[2]
     if mode == "once":
         with open(arg, encoding="utf-8") as fh:
             job = json.load(fh)
         spark = session(job["root"])
-        out = merge(spark, job)
+        out = operate(spark, job) if job.get("kind", "merge") != "merge" else merge(spark, job)
         print(("RESULT " if out["ok"] else "ERROR ") + json.dumps(out), flush=True)
         return 0
     spark = session(arg)
