@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-long test-unit test-engine test-functional test-integration lint bench bench-quick bench-scale bench-aging fuzz clean
+.PHONY: demo test test-long test-unit test-engine test-functional test-integration lint bench bench-quick bench-scale bench-aging fuzz undo-campaign clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,14 @@ SEED ?= 1
 JOBS ?= 3
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.differential.fuzz --n $(N) --seed $(SEED) --jobs $(JOBS)
+
+# Time travel and undo proven on random histories (tests/reliability/undo_campaign.py): MERGES
+# random merges with the change feed on and RESTORES restores at random points, on a partitioned
+# and an unpartitioned table; every version read back with as_of, every restore's feed applied.
+MERGES ?= 200
+RESTORES ?= 20
+undo-campaign: $(STAMP)
+	$(BIN)/python -m tests.reliability.undo_campaign --merges $(MERGES) --restores $(RESTORES) --seed $(SEED)
 
 # The merge benchmark (Delta Lake's grid + our cases; row_level_merge vs full rewrite vs delta-rs):
 # 10M rows in 64 files, 3 timed runs per case and system; results in benchmarks/results/.
