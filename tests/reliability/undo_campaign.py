@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -546,7 +547,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", choices=("partitioned", "unpartitioned"), help="run one table kind")
     args = parser.parse_args(argv)
-    spark = start_spark(Path(tempfile.mkdtemp(prefix="rowmerge_undo_")))
+    root = Path(tempfile.mkdtemp(prefix="rowmerge_undo_"))
+    try:
+        return _main(start_spark(root), args)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _main(spark: SparkSession, args: argparse.Namespace) -> int:
     database = "undo_" + uuid.uuid4().hex[:8]
     spark.sql(f"CREATE DATABASE {database}")
     failed = False
@@ -565,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(summary.line(), flush=True)
     spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")
+    spark.stop()
     return 1 if failed else 0
 
 
