@@ -270,8 +270,8 @@ def test_vacuum_folds_old_entries_into_a_base_the_journal_starts_from(spark, db)
     assert not os.path.exists(os.path.join(table_dir(spark, t), LOG, f"{4:020d}.base.json"))
 
 
-def test_a_base_no_vacuum_entry_commits_is_ignored_and_replaced(spark, db, monkeypatch):
-    t, saved = _table_with_history(spark, db, 3, retain_versions=1)
+def _vacuum_stopped_after_its_base(spark, t: str, monkeypatch, **arguments) -> None:
+    """A vacuum of ``t`` that crashes once its base is written, before its entry commits it."""
 
     def die(at: str) -> None:
         if at == "vacuum_base":
@@ -279,8 +279,14 @@ def test_a_base_no_vacuum_entry_commits_is_ignored_and_replaced(spark, db, monke
 
     monkeypatch.setattr(faults, "fault_point", die)
     with pytest.raises(Crash):
-        vacuum(spark, t)
+        vacuum(spark, t, **arguments)
     monkeypatch.undo()
+
+
+def test_a_base_no_vacuum_entry_commits_is_ignored_and_replaced(spark, db, monkeypatch):
+    t, saved = _table_with_history(spark, db, 3, retain_versions=1)
+
+    _vacuum_stopped_after_its_base(spark, t, monkeypatch)
     leftover = os.path.join(table_dir(spark, t), LOG, f"{2:020d}.base.json")
     assert os.path.exists(leftover)
     assert [h["version"] for h in history(spark, t)] == [3, 2, 1, 0]
@@ -295,14 +301,7 @@ def test_a_base_no_vacuum_entry_commits_is_ignored_and_replaced(spark, db, monke
 def test_a_later_vacuum_deletes_a_leftover_base_newer_than_its_own(spark, db, monkeypatch):
     t, saved = _table_with_history(spark, db, 3, retain_versions=2)
 
-    def die(at: str) -> None:
-        if at == "vacuum_base":
-            raise Crash(at)
-
-    monkeypatch.setattr(faults, "fault_point", die)
-    with pytest.raises(Crash):
-        vacuum(spark, t, retain_versions=1, force=True)  # would fold up to 2
-    monkeypatch.undo()
+    _vacuum_stopped_after_its_base(spark, t, monkeypatch, retain_versions=1, force=True)  # folds up to 2
     log = os.path.join(table_dir(spark, t), LOG)
     assert os.path.exists(os.path.join(log, f"{2:020d}.base.json"))
     assert vacuum(spark, t).oldest_readable == 1  # the table's own retention folds up to 1
