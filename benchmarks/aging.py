@@ -12,9 +12,12 @@ same merges on every system, interleaved merge by merge so every system sees the
   the current day + 50 updates among the rows that day's earlier merges wrote.
 
 Systems, on copies of the same files: ``row_level_merge`` (the engine's defaults),
-``delta_rs`` (as is) and ``delta_rs_optimized`` (``optimize.compact()`` after every 100th
-merge, timed with that merge, as its users run it). Every update writes values no earlier
-merge wrote, so no update is skipped as unchanged.
+``row_level_merge_no_compaction`` (auto-compaction off: compaction's baseline), ``delta_rs``
+(as is) and ``delta_rs_optimized`` (``optimize.compact()`` after every 100th merge, timed with
+that merge, as its users run it). The hourly shape adds ``row_level_merge_no_retention``
+(retention off: retention's baseline) and ``row_level_merge_feed`` (the change feed on, with
+``change_feed_retain_versions`` 24), both vacuumed after the last merge. Every update writes
+values no earlier merge wrote, so no update is skipped as unchanged.
 
 Reported per decile of merges and system: merge time (mean, median, p95), Spark jobs, bytes
 read and written (process I/O, measure.py), data files, median file size, small files (under a
@@ -27,7 +30,7 @@ and a 100-row upsert of recent keys into our table and into the fresh copy (file
     python benchmarks/aging.py [--rows N] [--files F] [--merges M] [--shapes a,b] [--systems a,b]
                                [--out DIR] [--work DIR] [--minutes M] [--resume]
 
-The whole run is long (1,000 merges x 4 shapes x 4 systems: on 2 cores the scattered shape alone,
+The whole run is long (1,000 merges x 4 shapes x 4 to 6 systems: on 2 cores the scattered shape alone,
 which rewrites the whole table at every merge, takes most of a day), so it can run in slices:
 ``--minutes M`` (or a file named STOP in the work folder) stops it cleanly between two merges,
 with every table and every measurement so far saved in ``<work>/<shape>/state.json``, and
@@ -51,6 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
@@ -194,6 +198,7 @@ def folder_bytes(root: Path) -> int:
 class RowLevelMerge:
     name = "row_level_merge"
     upkeep: dict[str, Any] = {}  # the engine's defaults: auto-compaction on
+    shapes: tuple[str, ...] | None = None  # the shapes it runs in (None: every shape)
 
     def __init__(
         self, spark: SparkSession, base: BaseTable, work: Path, table: str, folder: Path | None = None
@@ -229,10 +234,14 @@ class RowLevelMerge:
                 "source_alias": SOURCE_ALIAS,
                 "on": ON_KEY,
                 "clauses": UPSERT,
-                **self.upkeep,
+                **self.options(),
             },
         )
         return dict(result.metrics)
+
+    def options(self) -> dict[str, Any]:
+        """The model config this system merges with, beyond the clauses."""
+        return dict(self.upkeep)
 
     def files(self) -> list[str]:
         return folder_files(self.dir)
@@ -347,17 +356,76 @@ class RowLevelMergeNoCompaction(RowLevelMerge):
     upkeep = {"auto_compact": False}
 
 
+# Retention is measured where the undo issue asks for it, on hourly merges: there its cost
+# (moves into retained/, expiry of old folders) and the feed's bound are what an hourly model
+# pays. Elsewhere a third and fourth run of our engine would only lengthen the run (the
+# scattered shape rewrites the whole table each merge: about three hours a system).
+HOURLY = ("partitioned_hourly",)
+
+
 class RowLevelMergeNoRetention(RowLevelMerge):
     """Retention's baseline: the same engine with retention off (replaced files deleted)."""
 
     name = "row_level_merge_no_retention"
     upkeep = {"retain_versions": 0, "retain_hours": 0}
+    shapes = HOURLY
+
+
+FEED_RETAIN_VERSIONS = 24
+
+
+class RowLevelMergeFeed(RowLevelMerge):
+    """The defaults with the change feed on and its own retention: after the merges a vacuum
+    must leave the change table holding only the newest FEED_RETAIN_VERSIONS versions."""
+
+    name = "row_level_merge_feed"
+    upkeep = {"change_feed_retain_versions": FEED_RETAIN_VERSIONS}
+    shapes = HOURLY
+
+    @property
+    def changes(self) -> str:
+        return f"{self.table}__changes"
+
+    def options(self) -> dict[str, Any]:
+        return {**self.upkeep, "change_data_feed": {"table": self.changes}}
+
+    def feed_on_disk(self) -> tuple[int, float]:
+        """The change table's versions (folders) and MB on disk."""
+        self.spark.catalog.refreshTable(self.changes)
+        located = self.spark.sql(f"DESCRIBE FORMATTED {self.changes}").collect()
+        root = Path(urlparse(next(r[1] for r in located if r[0] == "Location")).path)
+        versions = [d for d in os.listdir(root) if d.startswith("_commit_version=")]
+        return len(versions), round(folder_bytes(root) / 2**20, 2)
+
+    def vacuumed(self) -> dict[str, Any]:
+        versions, mb = self.feed_on_disk()
+        done = super().vacuumed()
+        after, mb_after = self.feed_on_disk()
+        return {
+            **done,
+            "feed_versions_before": versions,
+            "feed_mb_before": mb,
+            "feed_versions_after": after,
+            "feed_mb_after": mb_after,
+        }
 
 
 SYSTEMS = {
     s.name: s
-    for s in (RowLevelMerge, RowLevelMergeNoCompaction, RowLevelMergeNoRetention, DeltaRs, DeltaRsOptimized)
+    for s in (
+        RowLevelMerge,
+        RowLevelMergeNoCompaction,
+        RowLevelMergeNoRetention,
+        RowLevelMergeFeed,
+        DeltaRs,
+        DeltaRsOptimized,
+    )
 }
+
+
+def runs_in(name: str, shape: Shape) -> bool:
+    shapes = getattr(SYSTEMS[name], "shapes", None)
+    return shapes is None or shape.name in shapes
 
 
 SCAN_ROUNDS = 5
@@ -490,6 +558,7 @@ def run_shape(
     when ``should_stop()`` says so, its state saved in ``<work>/<shape>/state.json``."""
     shape_dir = work / shape.name
     state_path = shape_dir / "state.json"
+    systems = [name for name in systems if runs_in(name, shape)]
     state = json.loads(state_path.read_text()) if args.resume and state_path.is_file() else None
     engine = engine_tree()
     if state is not None:
@@ -645,8 +714,9 @@ def _finish(
         if isinstance(system, RowLevelMerge):
             m = system.merge(probe, at)
             end[label]["probe_files_read"] = m.get("numTargetFilesAfterSkipping")
-    if isinstance(live.get(RowLevelMerge.name), RowLevelMerge):
-        end[RowLevelMerge.name]["vacuum"] = live[RowLevelMerge.name].vacuumed()
+    for name in (RowLevelMerge.name, RowLevelMergeFeed.name):
+        if isinstance(live.get(name), RowLevelMerge):
+            end[name]["vacuum"] = live[name].vacuumed()
     timeline = {name: [r["s"] for r in records] for name, records in state["records"].items()}
     totals = {name: round(sum(seconds), 1) for name, seconds in timeline.items()}
     return {
@@ -709,6 +779,13 @@ def checks(
             "limit": vac["removed_by_kept_versions_mb"],
             "held": vac["retained_equals_removed"],
         }
+    fed = end.get(RowLevelMergeFeed.name, {}).get("vacuum")
+    if fed:
+        held["change-feed versions after vacuum"] = {
+            "measured": fed["feed_versions_after"],
+            "limit": FEED_RETAIN_VERSIONS,
+            "held": fed["feed_versions_after"] <= FEED_RETAIN_VERSIONS,
+        }
     return held
 
 
@@ -754,6 +831,15 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
             + " |",
             "",
         ]
+        fed = r["end"].get(RowLevelMergeFeed.name, {}).get("vacuum")
+        if fed:
+            lines += [
+                f"Vacuum of row_level_merge_feed (change feed on, change_feed_retain_versions "
+                f"{FEED_RETAIN_VERSIONS}): the change table went from {fed['feed_versions_before']} "
+                f"versions ({fed['feed_mb_before']} MB) to {fed['feed_versions_after']} "
+                f"({fed['feed_mb_after']} MB) in {fed['vacuum_s']} s.",
+                "",
+            ]
         vac = r["end"].get(RowLevelMerge.name, {}).get("vacuum")
         if vac:
             lines += [
