@@ -44,7 +44,8 @@ test: $(STAMP) lint
 # crash after every step of the commit protocol and 20 kill trials, where `make test` crashes
 # after each distinct step and runs 8; and the `long` tests, which rerun local-mode coverage away
 # from local mode (the engine third on the cluster and through Connect, a fault-injection shape
-# with its victims on the cluster).
+# with its victims on the cluster) or crash points a process-kill suite of `make test` also
+# covers (tests/sampling.py; the nmbs_partitioned shape without its compaction).
 test-long: $(STAMP) lint
 	ROWMERGE_LONG=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20 tests
 

@@ -544,12 +544,12 @@ def run_fault_injection(
 
 
 def fault_injection_test(
-    shape_name: str, storage: str = "hadoop", compaction: bool = False
+    shape_name: str, storage: str = "hadoop", compaction: bool = False, long: bool = False
 ) -> Callable[..., None]:
     """The test of one shape; each shape's test sits in its own module so xdist runs them side by side.
 
     ``storage``: the engine's storage in the victims and for the recoveries (``arrow``: the
-    pyarrow.fs storage a Spark Connect client uses)."""
+    pyarrow.fs storage a Spark Connect client uses). ``long``: only in ``make test-long``."""
 
     @pytest.mark.slow
     def test(spark: SparkSession, rdb: str, tmp_path: Path, java_opts: str, record_property: Any) -> None:
@@ -566,7 +566,7 @@ def fault_injection_test(
     suffix = "" if storage == "hadoop" else f"_on_{storage}_storage"
     then = "_and_its_compaction" if compaction else ""
     test.__name__ = f"test_fault_injection_{shape_name}{then}_every_commit_step{suffix}"
-    return test
+    return pytest.mark.long(test) if long else test
 
 
 # -- refusals: the storage reports one step of applying a commit as not done ---------------------
