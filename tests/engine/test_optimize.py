@@ -269,6 +269,31 @@ def test_a_file_the_merge_just_rewrote_is_not_compacted_after_it(spark, db):
     assert len(file_snapshot(spark, t)) == 3  # the compacted file, key 1's, the table's last
 
 
+def test_a_partition_the_merges_moved_away_from_is_packed_once(spark, db):
+    """Hourly merges into a daily partition: once they write the next day, the day before has
+    settled and its small files (version 0's included) become one, though no tier filled."""
+    t = f"{db}.p"
+    create_table(spark, t, "id long, day string", [[(0, "a")], [(1, "b")]], partition_by=["day"])
+
+    def insert(k: int, day: str) -> int:
+        src = source_view(spark, f"{db}_h{k}", "id long, day string", [(100 + k, day)])
+        return merge(spark, t, src, UPSERT, on="t.id = s.id AND t.day = s.day").metrics["compactVersion"]
+
+    assert [insert(k, "a") for k in range(3)] == [0, 0, 0]  # day a: 4 files, no tier of 8 fills
+    assert [insert(k, "b") for k in range(3, 5)] == [5, 0]  # day a settles, once
+    by_day: dict[str, int] = {}
+    for path in file_snapshot(spark, t):
+        day = os.path.basename(os.path.dirname(path))
+        by_day[day] = by_day.get(day, 0) + 1
+    assert by_day == {"day=a": 1, "day=b": 3}
+    ops = [(h["version"], h["operation"], h["files_added"], h["files_removed"]) for h in history(spark, t)]
+    assert ops[:3] == [(6, "MERGE", 1, 0), (5, "OPTIMIZE", 1, 4), (4, "MERGE", 1, 0)]
+    assert rows(spark, t) == sorted([(0, "a"), (1, "b")] + [(100 + k, "a") for k in range(3)] + [
+        (103, "b"),
+        (104, "b"),
+    ])
+
+
 def test_auto_compact_false_and_optimize_every(spark, db):
     t = f"{db}.t"
     create_table(spark, t, "id long, v string", [[(i, "a")] for i in range(10)])

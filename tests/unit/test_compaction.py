@@ -10,6 +10,7 @@ from dbt.adapters.rowmerge.merge.compaction import (
     bin_packed,
     outputs,
     partition_of,
+    settled,
     summary,
     tier,
     tiered,
@@ -85,6 +86,28 @@ def test_idle_files_never_start_a_run_but_fill_one_a_written_file_starts() -> No
     assert [[f.path in idle for f in g.files].count(True) for g in groups] == [0, 7]
     # without idle files the same tier is compacted at once
     assert len(tiered(created, TARGET, 8, 64, 256 * MB)) == 2
+
+
+def test_a_settled_partition_packs_every_small_file_tiers_would_leave() -> None:
+    # a day of hourly files after tiering: three of eight merged, and a full file
+    day = files([700 * KB] * 3 + [90 * KB] * 2 + [64 * MB], "day=1")
+    today = files([90 * KB] * 5, "day=2", start=10)
+    assert tiered(day + today, TARGET, 8, 64, 256 * MB) == []  # no tier will ever fill
+    groups = settled(day + today, ["day=1"], TARGET, 64, 256 * MB)
+    # one file from day=1's five small ones; the full file and day=2 stay
+    assert [(g.partition, len(g.files), g.outputs) for g in groups] == [("day=1", 5, 1)]
+    assert settled(day + today, ["day=3"], TARGET, 64, 256 * MB) == []
+    # a lone small file has nothing to pack with
+    assert settled(files([90 * KB], "day=4"), ["day=4"], TARGET, 64, 256 * MB) == []
+
+
+def test_settling_keeps_to_the_bounds_a_whole_partition_at_a_time() -> None:
+    one = files([1 * MB] * 4, "day=1")
+    two = files([1 * MB] * 4, "day=2", start=10)
+    # six files per merge: day=1 fits, day=2 waits for the next merge
+    assert [g.partition for g in settled(one + two, ["day=1", "day=2"], TARGET, 6, 256 * MB)] == ["day=1"]
+    assert [g.partition for g in settled(one + two, ["day=1", "day=2"], TARGET, 64, 5 * MB)] == ["day=1"]
+    assert settled(one + two, ["day=1", "day=2"], TARGET, 3, 256 * MB) == []
 
 
 def test_bin_packing_fills_bins_to_the_target_and_skips_lone_files() -> None:

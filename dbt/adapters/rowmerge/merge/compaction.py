@@ -10,6 +10,11 @@ Two policies, both per partition (a compaction never moves a row to another part
   smallest tiers first; what is left waits for the next merge. As in an LSM tree, a file is
   rewritten about once per tier, so the cost is amortized over the merges that wrote it: an
   hourly model's small files become one file per tier rather than one per hour.
+* **Settling** (after a merge, in a partitioned table): a partition the versions just before
+  the merge wrote and the merge did not has settled — an hourly model has moved on to the next
+  day. Tiers leave up to ``min_files - 1`` files of each size in it for good (a day of 24
+  hourly files ends as three files of eight), so its small files are bin-packed once, as
+  ``optimize`` would, and the partition holds as few files as a rebuild would give it.
 * **Bin-packing** (``optimize``): every file below half the target size, in bins of at most
   the target size; with ``cluster`` every file of a partition whose key ranges overlap another's
   is rewritten, sorted, so each key range lies in one file again (file skipping works again).
@@ -123,6 +128,26 @@ def tiered(
         out.append(Group(partition, tuple(members), outputs(size, target_bytes)))
         taken_files += len(members)
         taken_bytes += size
+    return out
+
+
+def settled(
+    files: Sequence[DataFile], partitions: Collection[str], target_bytes: int, max_files: int, max_bytes: int
+) -> list[Group]:
+    """The groups that pack the small files of each partition in ``partitions`` (those the
+    writes have moved away from), within the per-merge bounds; a partition that does not fit
+    this merge's bounds waits for the next one."""
+    out: list[Group] = []
+    taken_files = taken_bytes = 0
+    for partition in sorted(partitions):
+        groups = bin_packed([f for f in files if f.partition == partition], target_bytes, cluster=False)
+        files_in = sum(len(g.files) for g in groups)
+        bytes_in = sum(g.size for g in groups)
+        if not groups or taken_files + files_in > max_files or taken_bytes + bytes_in > max_bytes:
+            continue
+        out += groups
+        taken_files += files_in
+        taken_bytes += bytes_in
     return out
 
 

@@ -425,6 +425,27 @@ def _as_created(journal: Journal) -> frozenset[str]:
         return frozenset()
 
 
+# A partition the last few versions before a merge wrote, and the merge did not, has settled
+# (compaction.settled). Four versions: the previous merge and its compaction, with room for a
+# merge that wrote elsewhere in between, or one whose settling did not fit the bounds.
+SETTLE_VERSIONS = 4
+
+
+def _settled(journal: Journal, entry: Entry) -> frozenset[str]:
+    """Partitions the versions just before ``entry`` added files to and ``entry`` did not."""
+
+    def written(e: Entry) -> set[str]:
+        return {compaction.partition_of(f.path, journal.location) for f in e.added}
+
+    recent: set[str] = set()
+    for version in range(max(1, entry.version - SETTLE_VERSIONS), entry.version):
+        try:
+            recent |= written(journal.read_entry(version))
+        except Exception:  # noqa: BLE001 - unreadable or folded: recovery judges entries
+            continue
+    return frozenset(recent - written(entry))
+
+
 def after_merge(
     spark: SparkSession,
     journal: Journal,
@@ -437,8 +458,9 @@ def after_merge(
 ) -> Entry | None:
     """Auto-compaction: right after the merge ``entry`` committed, under its lock, compact what
     the tiered policy finds ready among the files merges wrote (compaction.tiered; version 0's
-    files only fill runs), or every small file when the version is a multiple of
-    ``optimize_every``. ``files``: the table's files after the merge. A failure
+    files only fill runs) and, in a partitioned table, the small files of partitions the writes
+    moved away from (compaction.settled), or every small file when the version is a multiple
+    of ``optimize_every``. ``files``: the table's files after the merge. A failure
     before its own commit point leaves the table as the merge left it and only warns.
 
     The files the merge itself just wrote are left out of the tiered step: they hold the rows
@@ -453,6 +475,7 @@ def after_merge(
         return None
     cluster = list(entry.cluster_by or ()) or list(keys)
     just_written = frozenset() if whole else frozenset(f.path for f in entry.added)
+    settling = frozenset() if whole or not target.partition_columns else _settled(journal, entry)
 
     def plan(found: dict[str, FileInfo], idle: frozenset[str] = frozenset()) -> list[Group]:
         listed = [
@@ -463,8 +486,15 @@ def after_merge(
         if whole:
             return compaction.bin_packed(listed, upkeep.target_bytes, cluster=False)
         max_bytes = int(upkeep.max_mb * 1024 * 1024)
-        return compaction.tiered(
-            listed, upkeep.target_bytes, upkeep.min_files, upkeep.max_files, max_bytes, idle
+        settle = compaction.settled(listed, settling, upkeep.target_bytes, upkeep.max_files, max_bytes)
+        packed = {g.partition for g in settle}
+        return settle + compaction.tiered(
+            [f for f in listed if f.partition not in packed],
+            upkeep.target_bytes,
+            upkeep.min_files,
+            upkeep.max_files - sum(len(g.files) for g in settle),
+            max_bytes - sum(g.size for g in settle),
+            idle,
         )
 
     # Decided from the files the merge knows (no listing); once there is work, planned again
