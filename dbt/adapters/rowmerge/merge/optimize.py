@@ -431,19 +431,31 @@ def _as_created(journal: Journal) -> frozenset[str]:
 SETTLE_VERSIONS = 4
 
 
-def _settled(journal: Journal, entry: Entry) -> frozenset[str]:
-    """Partitions the versions just before ``entry`` added files to and ``entry`` did not."""
+def _settled(journal: Journal, entry: Entry, files: dict[str, FileInfo], target_bytes: int) -> frozenset[str]:
+    """Partitions the versions just before ``entry`` added files to and ``entry`` did not.
+
+    Only a partition with two or more small files among ``files`` could be packed, so the
+    entries are read only when one exists outside what ``entry`` wrote: after most merges of an
+    hourly model (its finished days already settled) that is no partition, and no read."""
 
     def written(e: Entry) -> set[str]:
         return {compaction.partition_of(f.path, journal.location) for f in e.added}
 
+    small: dict[str, int] = {}
+    for path, info in files.items():
+        if info.size < target_bytes * compaction.FULL_FRACTION:
+            partition = compaction.partition_of(path, journal.location)
+            small[partition] = small.get(partition, 0) + 1
+    packable = {p for p, n in small.items() if n > 1} - written(entry)
+    if not packable:
+        return frozenset()
     recent: set[str] = set()
     for version in range(max(1, entry.version - SETTLE_VERSIONS), entry.version):
         try:
             recent |= written(journal.read_entry(version))
         except Exception:  # noqa: BLE001 - unreadable or folded: recovery judges entries
             continue
-    return frozenset(recent - written(entry))
+    return frozenset(recent & packable)
 
 
 def after_merge(
@@ -475,7 +487,11 @@ def after_merge(
         return None
     cluster = list(entry.cluster_by or ()) or list(keys)
     just_written = frozenset() if whole else frozenset(f.path for f in entry.added)
-    settling = frozenset() if whole or not target.partition_columns else _settled(journal, entry)
+    settling = (
+        frozenset()
+        if whole or not target.partition_columns
+        else _settled(journal, entry, files, upkeep.target_bytes)
+    )
 
     def plan(found: dict[str, FileInfo], idle: frozenset[str] = frozenset()) -> list[Group]:
         listed = [
