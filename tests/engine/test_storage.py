@@ -149,3 +149,69 @@ def test_local_names_agree_with_hadoops_listing(spark: SparkSession, tmp_path: P
     assert st.list_names(absent) == [] == _hadoop_names(st, absent)
     one = form.format(folder / "_x")
     assert st.list_names(one) == ["_x"] == _hadoop_names(st, one)
+
+
+def _tree(spark: SparkSession, root: Path) -> None:
+    """A table folder as merges leave it: partition folders (one named like a hidden folder but
+    holding data, ``_c=1``), Spark's checksum files and markers, the journal, a nested journal,
+    an empty folder and names with spaces, escapes and accents."""
+    st = HadoopStorage(spark)
+    for folder in ("p=a b", "p=x%3Ay", "p=é", "_c=1", "p=a b/q=2", "empty", "_rowmerge_log/retained/3"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    for name in (
+        "part-0.parquet",
+        "p=a b/part-1.parquet",
+        "p=x%3Ay/f 2.parquet",
+        "p=é/ü.parquet",
+        "_c=1/part-3.parquet",
+        "p=a b/q=2/part-4.parquet",
+        "_SUCCESS",
+        "p=é/_SUCCESS",
+        "_rowmerge_log/00000000000000000001.json",
+        "_rowmerge_log/retained/3/old.parquet",
+    ):
+        (root / name).write_bytes(b"x" * (len(name) * 7))
+    st.write_text(f"file:{root}/p=a b/written_by_hadoop.parquet", "data")  # with its .crc beside it
+    (root / "p=é" / "_rowmerge_log").mkdir()  # another table's journal, below this one
+    (root / "p=é" / ".hidden").mkdir()
+
+
+@pytest.mark.parametrize("form", ["file:{}", "file://{}", "{}"])
+def test_local_listing_and_status_agree_with_hadoops(spark: SparkSession, tmp_path: Path, form: str) -> None:
+    """list_data_files and status read a local table with os.scandir and os.stat (a merge asks
+    about absent paths, whose FileNotFoundException PySpark converts with dozens of py4j round
+    trips, and Hadoop makes four calls per listed file); they must report exactly the files,
+    paths, sizes, times and nested hidden folders Hadoop's own listing does."""
+    root = tmp_path / "t b%20"
+    _tree(spark, root)
+    st = HadoopStorage(spark)
+    path = form.format(root)
+    hidden: list[str] = []
+    hadoop_hidden: list[str] = []
+    listed = st.list_data_files(path, hidden)
+    assert listed == st._hadoop_data_files(path, hadoop_hidden)
+    assert (
+        sorted(hidden)
+        == sorted(hadoop_hidden)
+        == [f"file:{root}/p=é/.hidden", f"file:{root}/p=é/_rowmerge_log"]
+    )
+    names = {f.path.removeprefix(f"file:{root}/") for f in listed}
+    assert names == {
+        "part-0.parquet",
+        "p=a b/part-1.parquet",
+        "p=x%3Ay/f 2.parquet",
+        "p=é/ü.parquet",
+        "_c=1/part-3.parquet",
+        "p=a b/q=2/part-4.parquet",
+        "p=a b/written_by_hadoop.parquet",
+    }
+    for f in listed:
+        assert st.status(f.path) == f == st._hadoop_status(f.path)
+    for other in (root, root / "empty", root / "absent", root / "part-0.parquet" / "below_a_file"):
+        p = form.format(other)
+        assert st.status(p) == st._hadoop_status(p)
+        assert st.exists(p) == other.exists()
+    absent = form.format(tmp_path / "absent")
+    assert st.list_data_files(absent) == [] == st._hadoop_data_files(absent)
+    one = form.format(root / "part-0.parquet")
+    assert st.list_data_files(one) == st._hadoop_data_files(one) == [st.status(one)]
