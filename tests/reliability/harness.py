@@ -412,11 +412,24 @@ REPEATED = (
 )
 
 
-def crash_steps(steps: list[str]) -> list[str]:
+# A merge followed by its compaction (test_fault_compaction), sampled: of the merge's own steps
+# only the last before its commit point, the commit point, its last move and its last step (the
+# hand-over to the compaction); the cdc and upsert campaigns crash after every kind of merge
+# step on each `make test`, and the compaction's own steps are all kept.
+MERGE_STEPS_BEFORE_COMPACTION = ("staged_cdf", "entry", "applied")
+
+
+def crash_steps(steps: list[str], compaction: bool = False) -> list[str]:
     """The steps a fault-injection campaign crashes after (see LONG_ENV): every step, or in
-    the sampled campaign the first and last of each run of per-file steps."""
+    the sampled campaign the first and last of each run of per-file steps (and, before a
+    compaction, the merge's steps of MERGE_STEPS_BEFORE_COMPACTION and its last move)."""
     if long_campaign():
         return steps
+    if compaction:
+        merge = [s for s in steps if not s.startswith("compact")]
+        moves = [s for s in merge if s.startswith("move_")]
+        kept = [s for s in merge if s in MERGE_STEPS_BEFORE_COMPACTION or s == moves[-1]]
+        steps = kept + [s for s in steps if s.startswith("compact")]
 
     def run(step: str) -> str | None:
         for prefix in sorted(REPEATED, key=len, reverse=True):
@@ -498,7 +511,7 @@ def run_fault_injection(
     assert clean.state == expected.post
 
     lost = duplicated = 0
-    steps = crash_steps(steps)
+    steps = crash_steps(steps, compaction)
     tables = [create_target(spark, f"{db}.{shape.name}_0", shape)]
     for i, step in enumerate(steps):
         table = tables[i]

@@ -4,7 +4,9 @@ See harness.run_fault_injection(compaction=True): the victim's merge is followed
 OPTIMIZE version (``optimize_every: 1``, so it compacts); a crash before the merge's commit point leaves
 the pre-merge state, any later crash (the compaction's steps included) the post-merge state,
 with the compaction finished by recovery once its entry exists. The shape is partitioned, so
-the compaction moves and deletes files in several partitions.
+the compaction moves and deletes files in several partitions. `make test` crashes after the
+merge's hand-over steps and every kind of compaction step (harness.crash_steps); the merge's
+other steps are crashed after in `make test-long` (and on other shapes in every `make test`).
 """
 
 from tests.reliability.harness import fault_injection_test
