@@ -179,6 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         "dbt process per command, as a user would",
     )
     parser.add_argument(
+        "--batches",
+        type=int,
+        choices=range(1, len(BATCHES) + 1),
+        default=len(BATCHES),
+        help="run only the first N batches (2: create every table, then one round of merges)",
+    )
+    parser.add_argument(
         "--connect",
         action="store_true",
         help="run through Spark Connect (a server started here unless ROWMERGE_CONNECT_URL is set)",
@@ -222,7 +229,8 @@ def run_batches(args: argparse.Namespace, work_dir: Path, env: dict[str, str]) -
         os.environ.update(env)  # what profiles.yml reads, for the dbt commands of this process
 
     summary: dict[str, Any] = {"work_dir": str(work_dir), "batches": [], "ok": True}
-    for batch in BATCHES:
+    batches = BATCHES[: args.batches]
+    for batch in batches:
         print(f"\n##### batch {batch} #####", flush=True)
         vars_arg = f"{{batch: {batch}}}"
         entry: dict[str, Any] = {"batch": batch, "exit_codes": {}, "models": []}
@@ -230,7 +238,7 @@ def run_batches(args: argparse.Namespace, work_dir: Path, env: dict[str, str]) -
         # One `dbt build` per batch, as a user runs it: every model, then the tests that read it.
         # The seeds hold every batch (models pick theirs with var('batch')): loaded once.
         cmd = ["build", "--vars", vars_arg]
-        if batch != BATCHES[0]:
+        if batch != batches[0]:
             cmd += ["--exclude-resource-type", "seed"]
         rc = run_dbt(dbt, cmd, work_dir, env)
         entry["exit_codes"]["build"] = rc
@@ -248,7 +256,7 @@ def run_batches(args: argparse.Namespace, work_dir: Path, env: dict[str, str]) -
         # `dbt run --empty` reads no rows: every merge model must be skipped, table unchanged
         # (the history below still ends at the last batch's version).
         print("\n##### --empty run (changes nothing) #####", flush=True)
-        last = f"{{batch: {BATCHES[-1]}}}"
+        last = f"{{batch: {batches[-1]}}}"
         # Only the merge models: a `table` model inheriting the project-wide strategy would be
         # rebuilt empty.
         merges = "config.materialized:incremental,config.incremental_strategy:row_level_merge"

@@ -32,11 +32,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_integration_project_on_a_standalone_cluster(
     standalone_cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
-    """The same project, profile `method: session` with `spark.master: spark://...`."""
+    """The same project, profile `method: session` with `spark.master: spark://...`: batch 0
+    creates every table and batch 1 merges into each (batch 2 merges the same models again,
+    which the local run of the project checks: here it would only repeat what batch 1 showed
+    of the cluster)."""
     apps = standalone_cluster.applications()
     env = {**os.environ, "ROWMERGE_SPARK_MASTER": standalone_cluster.master_url}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--in-process"]
+        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--in-process", "--batches", "2"]
         + ["--work-dir", str(tmp_path / "demo")],
         env=env,
         capture_output=True,
@@ -46,9 +49,12 @@ def test_integration_project_on_a_standalone_cluster(
     assert proc.returncode == 0, proc.stdout[-20000:] + proc.stderr[-5000:]
     summary = json.loads((tmp_path / "demo" / "demo_summary.json").read_text())
     assert summary["ok"] is True
-    # every merge of batches 1 and 2 ran (the project's own tests checked every table)
+    # every merge of batch 1 ran (the project's own tests checked every table), then the
+    # --empty runs and the history
+    assert [b["batch"] for b in summary["batches"]] == [0, 1]
     merges = [m for b in summary["batches"][1:] for m in b["models"] if m["code"] == "MERGE"]
-    assert len(merges) == 2 * 9, [m["model"] for m in merges]
+    assert len(merges) == 9, [m["model"] for m in merges]
+    assert summary["empty_run"]["exit_code"] == 0 and summary["history"]
     # every dbt command ran in one driver, an application of the cluster, and both workers
     # are still alive and registered
     assert standalone_cluster.applications() - apps == 1
