@@ -81,6 +81,7 @@ def test_a_file_deleted_meanwhile_reads_as_absent(spark: SparkSession, tmp_path:
     try:
         for _ in range(400):
             seen.add(st.exists(str(target)))
+            st._hadoop_status(str(target))  # the path other filesystems take: never an error
             assert set(st.list_names(str(folder))) <= {"00001.released"}
     finally:
         stop.set()
@@ -114,8 +115,10 @@ def test_listed_paths_are_qualified_also_under_an_unqualified_root(
     sizes, _ = _write(spark, tmp_path, "parquet", [3])
     (path,) = sizes
     st = HadoopStorage(spark)
-    (info,) = st.list_data_files(os.path.relpath(tmp_path / "f0", os.getcwd()))
+    relative = os.path.relpath(tmp_path / "f0", os.getcwd())
+    (info,) = st.list_data_files(relative)
     assert info.path == path == st.qualify(path)
+    assert st._hadoop_data_files(relative) == [info]
 
 
 def _hadoop_names(st: HadoopStorage, path: str) -> list[str]:

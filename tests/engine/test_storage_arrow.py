@@ -74,7 +74,7 @@ def test_listing_matches_hadoop_and_skips_hidden_names(
     (out / "_rowmerge_log").mkdir()
     (out / "_rowmerge_log" / "00000.json").write_text("{}")
     (out / ".hidden").write_text("x")
-    hadoop = [(f.path, f.size) for f in HadoopStorage(spark).list_data_files(str(out))]
+    hadoop = [(f.path, f.size) for f in HadoopStorage(spark)._hadoop_data_files(str(out))]
     mine = [(f.path, f.size) for f in arrow.list_data_files(str(out))]
     assert mine == hadoop and len(mine) >= 3
     assert all("/_c=" in p and p.endswith(".parquet") for p, _ in mine)

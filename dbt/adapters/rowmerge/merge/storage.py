@@ -15,6 +15,7 @@ leaves a torn file under the final name.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import struct
@@ -288,9 +289,15 @@ def _local_status(qualified: str, local: str) -> FileInfo | None:
     its table, for another table's journal), and a present one four calls."""
     try:
         st = os.stat(local)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    except OSError as exc:
+        if exc.errno in _ABSENT_ERRNOS:
+            return None
+        raise  # permission denied: a path this process cannot see is not taken for absent
     return FileInfo(qualified, st.st_size, st.st_mtime_ns // 1_000_000)
+
+
+# What stat reports for a path that names nothing (Hadoop's File.exists is false for these).
+_ABSENT_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG)
 
 
 def _local_data_files(root: str, local: str, hidden_dirs: list[str] | None) -> list[FileInfo]:
@@ -325,8 +332,10 @@ def _local_data_files(root: str, local: str, hidden_dirs: list[str] | None) -> l
                 else:
                     st = e.stat()
                     out.append(FileInfo(path, st.st_size, st.st_mtime_ns // 1_000_000))
-            except FileNotFoundError:
-                continue  # deleted since the folder was read
+            except OSError as exc:
+                if exc.errno in _ABSENT_ERRNOS:
+                    continue  # deleted since the folder was read, or a dangling link
+                raise
     return sorted(out, key=lambda f: f.path)
 
 
@@ -391,11 +400,20 @@ class HadoopStorage(Storage):
     def to_spark_path(self, path: str) -> str:
         return str(self._spark_path.fromPath(self._path(path)).urlEncoded())
 
-    def status(self, path: str) -> FileInfo | None:
+    def _local(self, path: str) -> tuple[str, str] | None:
+        """(qualified path, OS path) of a local ``path``; None for another filesystem's, told
+        by its scheme without asking Hadoop."""
+        scheme = path.split("/", 1)[0]
+        if ":" in scheme and not scheme.startswith("file:"):
+            return None
         qualified = self.qualify(path)
         local = local_path(qualified)
+        return (qualified, local) if local is not None else None
+
+    def status(self, path: str) -> FileInfo | None:
+        local = self._local(path)
         if local is not None:
-            return _local_status(qualified, local)
+            return _local_status(*local)
         return self._hadoop_status(path)
 
     def _hadoop_status(self, path: str) -> FileInfo | None:
@@ -409,10 +427,9 @@ class HadoopStorage(Storage):
         return FileInfo(str(st.getPath().toString()), int(st.getLen()), int(st.getModificationTime()))
 
     def list_data_files(self, root: str, hidden_dirs: list[str] | None = None) -> list[FileInfo]:
-        qualified = self.qualify(root)
-        local = local_path(qualified)
+        local = self._local(root)
         if local is not None:
-            return _local_data_files(qualified, local, hidden_dirs)
+            return _local_data_files(*local, hidden_dirs)
         return self._hadoop_data_files(root, hidden_dirs)
 
     def _hadoop_data_files(self, root: str, hidden_dirs: list[str] | None = None) -> list[FileInfo]:
@@ -425,7 +442,13 @@ class HadoopStorage(Storage):
         stack = [jroot]
         while stack:
             here = stack.pop()
-            for st in fs.listStatus(here):
+            try:
+                listed = fs.listStatus(here)
+            except Exception as exc:
+                if _vanished(exc):
+                    continue  # removed while being listed: nothing under it
+                raise
+            for st in listed:
                 jp = st.getPath()
                 path = str(jp.toString())
                 if is_hidden(path.rsplit("/", 1)[-1]):
