@@ -27,7 +27,7 @@ from .errors import MergeSpecError
 from .feed_range import parse_timestamp
 from .journal import FileEntry, Journal, Snapshot
 from .journal.layout import inside
-from .run import load_or_finish, open_journal, storage_errors
+from .run import locate_or_finish, open_journal, storage_errors
 from .table import TargetTable, load_target
 
 logger = logging.getLogger("rowmerge")
@@ -50,7 +50,7 @@ def as_of(
     if problems:
         raise MergeSpecError(problems)
     with without_call_sites(), storage_errors(f"Reading {table} as of a version"):
-        load_or_finish(spark, table)
+        locate_or_finish(spark, table)
         target = load_target(spark, table)
         journal = open_journal(spark, target.location)
         journal.check_placement(table)

@@ -133,7 +133,7 @@ def optimize(
     ``partition_filter``: a SQL condition on partition columns (only those partitions).
     ``dry_run``: report the files it would rewrite, writing nothing and taking no lock.
     """
-    from .run import load_or_finish, open_journal, recover_locked, storage_errors, table_lock
+    from .run import locate_or_finish, open_journal, recover_locked, storage_errors, table_lock
 
     problems: list[str] = []
     raw: dict[str, Any] = {"cluster_by": cluster_by}
@@ -149,7 +149,7 @@ def optimize(
     if problems:
         raise MergeSpecError(problems)
     with without_call_sites(), storage_errors(f"OPTIMIZE of {table}"):
-        journal = open_journal(spark, load_or_finish(spark, table).location)
+        journal = open_journal(spark, locate_or_finish(spark, table))
         journal.check_placement(table)
         if dry_run:
             target = load_target(spark, table)

@@ -117,11 +117,10 @@ def restore(
     brought back (the message names the oldest readable one); the table is left as it was.
     """
     when, keys = _arguments(version, timestamp, unique_key)
-    from .run import load_or_finish, open_journal, recover_locked, storage_errors, table_lock
+    from .run import locate_or_finish, open_journal, recover_locked, storage_errors, table_lock
 
     with without_call_sites(), storage_errors(f"RESTORE of {table}"):
-        load_or_finish(spark, table)
-        journal = open_journal(spark, load_target(spark, table).location)
+        journal = open_journal(spark, locate_or_finish(spark, table))
         journal.check_placement(table)
         if dry_run:
             target = load_target(spark, table)

@@ -95,6 +95,7 @@ from .table import (
     describe_table,
     drop_changes_table,
     load_target,
+    locate_target,
     missing_columns,
     sql_name,
 )
@@ -112,20 +113,20 @@ def open_journal(spark: SparkSession, location: str) -> Journal:
     return journal
 
 
-def load_or_finish(spark: SparkSession, name: str) -> TargetTable:
-    """The table ``name`` (load_target); if it is missing, first finish a full refresh that
-    stopped between dropping it and registering it again (reshape.py), or say that one is
-    running right now (ConcurrentMergeError)."""
+def locate_or_finish(spark: SparkSession, name: str) -> str:
+    """The location of the table ``name`` (locate_target); if it is missing, first finish a
+    full refresh that stopped between dropping it and registering it again (reshape.py), or
+    say that one is running right now (ConcurrentMergeError)."""
     try:
-        return load_target(spark, name)
+        return locate_target(spark, name)
     except UnsupportedTableError as exc:
         try:
             sql_name(name)
-        except ValueError:  # not a table name: load_target said so
+        except ValueError:  # not a table name: locate_target said so
             raise exc from None
         if not finish_refresh(spark, name):
             raise exc from None
-    return load_target(spark, name)
+    return locate_target(spark, name)
 
 
 def table_lock(journal: Journal, table: str, operation: str, timeout_s: float) -> TableLock:
@@ -179,7 +180,7 @@ def storage_errors(what: str) -> Iterator[None]:
 def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
     metrics = MergeMetrics()
     with timed(metrics, "executionTimeMs"), without_call_sites():
-        journal = open_journal(spark, load_or_finish(spark, parsed.target).location)
+        journal = open_journal(spark, locate_or_finish(spark, parsed.target))
         # Before the lock, whose folder would put a journal inside the other table's folder.
         journal.check_placement(parsed.target)
         with table_lock(journal, parsed.target, "MERGE", parsed.lock_timeout_s) as lock:
@@ -749,9 +750,8 @@ def _raise_cast_error(exc: Exception, target: TargetTable, spec: MergeSpec) -> N
 
 def recover(spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Recovery:
     """Finish or roll back an interrupted merge of ``table_name`` (waits for a running merge)."""
-    target = load_or_finish(spark, table_name)
-    journal = open_journal(spark, target.location)
-    with table_lock(journal, target.name, "RECOVER", lock_timeout_s) as lock:
+    journal = open_journal(spark, locate_or_finish(spark, table_name))
+    with table_lock(journal, table_name, "RECOVER", lock_timeout_s) as lock:
         return recover_locked(spark, journal, lock, load_target(spark, table_name))
 
 

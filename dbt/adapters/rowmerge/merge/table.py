@@ -121,6 +121,34 @@ def describe_table(spark: SparkSession, ident: str) -> Description:
 
 def load_target(spark: SparkSession, name: str) -> TargetTable:
     """Describe ``name``; raise UnsupportedTableError with the fix if it cannot be merged into."""
+    ident, described, file_format = _checked(spark, name)
+    # The session caches a table's relation (with its schema) once read; another session
+    # may have added columns since. Read the catalog's schema, not the cached one.
+    spark.catalog.refreshTable(ident)
+    schema = spark.table(ident).schema
+    return TargetTable(
+        name=name,
+        ident=ident,
+        location=described.location.rstrip("/"),
+        file_format=file_format,
+        schema=schema,
+        partition_columns=described.partition_columns,
+        full_name=described.full_name,
+    )
+
+
+def locate_target(spark: SparkSession, name: str) -> str:
+    """The location of the table ``name``, checked as :func:`load_target` checks the table,
+    without reading its schema: what a writer needs before it takes the table's lock (under
+    the lock it loads the table, which a writer it waited for may have changed). Reading the
+    schema refreshes the session's relation, which resolves the table again (for an
+    unpartitioned table, a listing of its files)."""
+    return _checked(spark, name)[1].location.rstrip("/")
+
+
+def _checked(spark: SparkSession, name: str) -> tuple[str, Description, str]:
+    """(SQL name, description, file format) of ``name``, or UnsupportedTableError with the fix
+    if it cannot be merged into."""
     try:
         ident = sql_name(name)
     except ValueError as exc:
@@ -164,23 +192,9 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
             f"(serde {serde or 'none'}); row_level_merge supports only Parquet and ORC tables "
             "(file_format='parquet' or 'orc')."
         )
-    location = described.location
-    if not location:
+    if not described.location:
         raise UnsupportedTableError(f"MERGE target {name} has no Location in the catalog.")
-    partition_columns = described.partition_columns
-    # The session caches a table's relation (with its schema) once read; another session
-    # may have added columns since. Read the catalog's schema, not the cached one.
-    spark.catalog.refreshTable(ident)
-    schema = spark.table(ident).schema
-    return TargetTable(
-        name=name,
-        ident=ident,
-        location=location.rstrip("/"),
-        file_format=file_format,
-        schema=schema,
-        partition_columns=partition_columns,
-        full_name=described.full_name,
-    )
+    return ident, described, file_format
 
 
 def missing_columns(

@@ -119,11 +119,10 @@ def vacuum(
     or an unforced unsafe retention; the table is left as it was.
     """
     upkeep = _check_arguments(retain_versions, retain_hours, change_feed_retain_versions, dry_run, force)
-    from .run import load_or_finish, open_journal, recover_locked, storage_errors, table_lock
+    from .run import locate_or_finish, open_journal, recover_locked, storage_errors, table_lock
 
     with without_call_sites(), storage_errors(f"VACUUM of {table}"):
-        load_or_finish(spark, table)
-        journal = open_journal(spark, load_target(spark, table).location)
+        journal = open_journal(spark, locate_or_finish(spark, table))
         journal.check_placement(table)
         if dry_run:
             target = load_target(spark, table)
