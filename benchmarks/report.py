@@ -123,7 +123,8 @@ def phase_table(records: list[dict[str, Any]]) -> list[str]:
     """Where the time went: row_level_merge's phase timers and delta-rs's, plus memory and reads.
 
     Peak RSS is the working process's: the Spark JVM for row_level_merge and the full rewrite,
-    the Python process for delta-rs. Reads are read() bytes of both processes (measure.py).
+    the Python process for delta-rs. Reads are read() bytes of both processes; py4j calls the
+    commands our engine sent to the JVM (measure.py).
     """
     phases = ("materializeSourceTimeMs", "scanTimeMs", "rewriteTimeMs", "commitTimeMs")
     lines = [
@@ -131,8 +132,8 @@ def phase_table(records: list[dict[str, Any]]) -> list[str]:
         "",
         "| case | ours: source / scan / rewrite / commit / other | delta-rs: scan / rewrite / other "
         "| ours: apply window ms | peak RSS MB (ours JVM / full JVM / delta-rs Python) "
-        "| MB read (ours / full / delta-rs) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| MB read (ours / full / delta-rs) | ours: py4j calls |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
         ours, theirs = r["systems"]["row_level_merge"], r["systems"]["delta_rs"]
@@ -151,7 +152,10 @@ def phase_table(records: list[dict[str, Any]]) -> list[str]:
         )
         reads = " / ".join(_mb(r["systems"][s].get("read_bytes")) for s in SYSTEMS)
         window = (ours.get("metrics") or {}).get("applyWindowMs")
-        lines.append(f"| {r['case']} | {cell_ours} | {cell_theirs} | {_num(window, 0)} | {rss} | {reads} |")
+        calls = _num(ours.get("py4j_calls"), 0)  # absent from results of runs before it was measured
+        lines.append(
+            f"| {r['case']} | {cell_ours} | {cell_theirs} | {_num(window, 0)} | {rss} | {reads} | {calls} |"
+        )
     return lines
 
 

@@ -98,6 +98,7 @@ class SystemRuns:
             "seconds": round(statistics.median(seconds), 3),
             "seconds_all": [round(s, 3) for s in seconds],
             "spark_jobs": statistics.median(r["spark_jobs"] for r in self.runs),
+            "py4j_calls": statistics.median(r.get("py4j_calls", 0) for r in self.runs),
             "read_bytes": int(statistics.median(r["read_bytes"] for r in self.runs)),
             "written_bytes": int(statistics.median(r["written_bytes"] for r in self.runs)),
             "peak_rss_mb": {
