@@ -431,22 +431,18 @@ def _as_created(journal: Journal) -> frozenset[str]:
 SETTLE_VERSIONS = 4
 
 
-def _settled(journal: Journal, entry: Entry, files: dict[str, FileInfo], target_bytes: int) -> frozenset[str]:
+def _settled(journal: Journal, entry: Entry, files: Sequence[DataFile], target_bytes: int) -> frozenset[str]:
     """Partitions the versions just before ``entry`` added files to and ``entry`` did not.
 
-    Only a partition with two or more small files among ``files`` could be packed, so the
-    entries are read only when one exists outside what ``entry`` wrote: after most merges of an
-    hourly model (its finished days already settled) that is no partition, and no read."""
+    Only a partition whose ``files`` bin-packing would pack could be settled, so the entries
+    are read only when one exists outside what ``entry`` wrote: after most merges of an hourly
+    model (its finished days already settled) that is no partition, and no read."""
 
     def written(e: Entry) -> set[str]:
         return {compaction.partition_of(f.path, journal.location) for f in e.added}
 
-    small: dict[str, int] = {}
-    for path, info in files.items():
-        if info.size < target_bytes * compaction.FULL_FRACTION:
-            partition = compaction.partition_of(path, journal.location)
-            small[partition] = small.get(partition, 0) + 1
-    packable = {p for p, n in small.items() if n > 1} - written(entry)
+    packed = compaction.bin_packed(files, target_bytes, cluster=False)
+    packable = {g.partition for g in packed} - written(entry)
     if not packable:
         return frozenset()
     recent: set[str] = set()
@@ -487,18 +483,22 @@ def after_merge(
         return None
     cluster = list(entry.cluster_by or ()) or list(keys)
     just_written = frozenset() if whole else frozenset(f.path for f in entry.added)
-    settling = (
-        frozenset()
-        if whole or not target.partition_columns
-        else _settled(journal, entry, files, upkeep.target_bytes)
-    )
 
-    def plan(found: dict[str, FileInfo], idle: frozenset[str] = frozenset()) -> list[Group]:
-        listed = [
+    def data_files(found: dict[str, FileInfo]) -> list[DataFile]:
+        return [
             DataFile(p, info.size, compaction.partition_of(p, journal.location), info.mtime)
             for p, info in sorted(found.items())
             if p not in just_written
         ]
+
+    settling = (
+        frozenset()
+        if whole or not target.partition_columns
+        else _settled(journal, entry, data_files(files), upkeep.target_bytes)
+    )
+
+    def plan(found: dict[str, FileInfo], idle: frozenset[str] = frozenset()) -> list[Group]:
+        listed = data_files(found)
         if whole:
             return compaction.bin_packed(listed, upkeep.target_bytes, cluster=False)
         max_bytes = int(upkeep.max_mb * 1024 * 1024)
