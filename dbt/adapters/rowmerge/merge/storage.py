@@ -158,25 +158,40 @@ class Storage(ABC):
     def exists(self, path: str) -> bool:
         return self.status(path) is not None
 
+    def _local(self, path: str) -> tuple[str, str] | None:
+        """(qualified path, OS path) of a local ``path``; None for another filesystem's, told
+        by its scheme without qualifying it (for Hadoop, py4j calls)."""
+        scheme = path.split("/", 1)[0]
+        if ":" in scheme and not scheme.startswith("file:"):
+            return None
+        qualified = self.qualify(path)
+        local = local_path(qualified)
+        return (qualified, local) if local is not None else None
+
+    def local_file(self, path: str) -> str | None:
+        """The OS path of a local ``path``; None on another filesystem."""
+        found = self._local(path)
+        return found[1] if found is not None else None
+
     def removal_problem(self, path: str) -> str | None:
         """Why the filesystem would refuse to delete (or move away) the file ``path``; None if it
         would not, or if that cannot be told cheaply (object stores: only the delete tells).
 
         Asked before a commit point, so that a file the commit must replace is known to go.
         """
-        local = local_path(self.qualify(path))
+        local = self.local_file(path)
         return local_removal_problem(local) if local is not None else None
 
     def write_problem(self, folder: str) -> str | None:
         """Why the filesystem would refuse to create a file in ``folder`` (None: see
         :meth:`removal_problem`)."""
-        local = local_path(self.qualify(folder))
+        local = self.local_file(folder)
         return local_write_problem(local) if local is not None else None
 
     def real_path(self, path: str) -> str | None:
         """The path ``path`` resolves to once symbolic links are followed (local files only;
         None elsewhere, where a path names exactly one object)."""
-        local = local_path(self.qualify(path))
+        local = self.local_file(path)
         return os.path.realpath(local) if local is not None else None
 
     def same_filesystem(self, a: str, b: str) -> bool:
@@ -400,16 +415,6 @@ class HadoopStorage(Storage):
     def to_spark_path(self, path: str) -> str:
         return str(self._spark_path.fromPath(self._path(path)).urlEncoded())
 
-    def _local(self, path: str) -> tuple[str, str] | None:
-        """(qualified path, OS path) of a local ``path``; None for another filesystem's, told
-        by its scheme without asking Hadoop."""
-        scheme = path.split("/", 1)[0]
-        if ":" in scheme and not scheme.startswith("file:"):
-            return None
-        qualified = self.qualify(path)
-        local = local_path(qualified)
-        return (qualified, local) if local is not None else None
-
     def status(self, path: str) -> FileInfo | None:
         local = self._local(path)
         if local is not None:
@@ -462,7 +467,7 @@ class HadoopStorage(Storage):
         return sorted(out, key=lambda f: f.path)
 
     def list_names(self, path: str) -> list[str]:
-        local = local_path(self.qualify(path))
+        local = self.local_file(path)
         if local is not None:
             return _local_names(local)
         jp = self._path(path)
@@ -578,7 +583,7 @@ class HadoopStorage(Storage):
         """A local Parquet file's by pyarrow, here (no py4j round trips); others by the JVM's
         Parquet/ORC readers (py4j gives each Python thread its own connection)."""
         if file_format == "parquet":
-            local = local_path(self.qualify(path))
+            local = self.local_file(path)
             if local is not None:
                 import pyarrow.parquet as pq
 
@@ -587,7 +592,7 @@ class HadoopStorage(Storage):
         return self._orc_rows(path)
 
     def parquet_tail(self, path: str, size: int) -> bytes:
-        local = local_path(self.qualify(path))
+        local = self.local_file(path)
         if local is not None:
             with open(local, "rb") as fh:
                 return read_parquet_tail(size, lambda pos, n: (fh.seek(pos), fh.read(n))[1])
