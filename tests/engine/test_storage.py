@@ -154,6 +154,23 @@ def test_local_names_agree_with_hadoops_listing(spark: SparkSession, tmp_path: P
     assert st.list_names(one) == ["_x"] == _hadoop_names(st, one)
 
 
+# The table's data files in _tree (beside the one Hadoop writes), and the files a listing skips.
+TREE_DATA_FILES = (
+    "part-0.parquet",
+    "p=a b/part-1.parquet",
+    "p=x%3Ay/f 2.parquet",
+    "p=é/ü.parquet",
+    "_c=1/part-3.parquet",
+    "p=a b/q=2/part-4.parquet",
+)
+TREE_OTHER_FILES = (
+    "_SUCCESS",
+    "p=é/_SUCCESS",
+    "_rowmerge_log/00000000000000000001.json",
+    "_rowmerge_log/retained/3/old.parquet",
+)
+
+
 def _tree(spark: SparkSession, root: Path) -> None:
     """A table folder as merges leave it: partition folders (one named like a hidden folder but
     holding data, ``_c=1``), Spark's checksum files and markers, the journal, a nested journal,
@@ -161,18 +178,7 @@ def _tree(spark: SparkSession, root: Path) -> None:
     st = HadoopStorage(spark)
     for folder in ("p=a b", "p=x%3Ay", "p=é", "_c=1", "p=a b/q=2", "empty", "_rowmerge_log/retained/3"):
         (root / folder).mkdir(parents=True, exist_ok=True)
-    for name in (
-        "part-0.parquet",
-        "p=a b/part-1.parquet",
-        "p=x%3Ay/f 2.parquet",
-        "p=é/ü.parquet",
-        "_c=1/part-3.parquet",
-        "p=a b/q=2/part-4.parquet",
-        "_SUCCESS",
-        "p=é/_SUCCESS",
-        "_rowmerge_log/00000000000000000001.json",
-        "_rowmerge_log/retained/3/old.parquet",
-    ):
+    for name in TREE_DATA_FILES + TREE_OTHER_FILES:
         (root / name).write_bytes(b"x" * (len(name) * 7))
     st.write_text(f"file:{root}/p=a b/written_by_hadoop.parquet", "data")  # with its .crc beside it
     (root / "p=é" / "_rowmerge_log").mkdir()  # another table's journal, below this one
@@ -199,15 +205,7 @@ def test_local_listing_and_status_agree_with_hadoops(spark: SparkSession, tmp_pa
         == [f"file:{root}/p=é/.hidden", f"file:{root}/p=é/_rowmerge_log"]
     )
     names = {f.path.removeprefix(f"file:{root}/") for f in listed}
-    assert names == {
-        "part-0.parquet",
-        "p=a b/part-1.parquet",
-        "p=x%3Ay/f 2.parquet",
-        "p=é/ü.parquet",
-        "_c=1/part-3.parquet",
-        "p=a b/q=2/part-4.parquet",
-        "p=a b/written_by_hadoop.parquet",
-    }
+    assert names == {*TREE_DATA_FILES, "p=a b/written_by_hadoop.parquet"}
     for f in listed:
         assert st.status(f.path) == f == st._hadoop_status(f.path)
     for other in (root, root / "empty", root / "absent", root / "part-0.parquet" / "below_a_file"):
