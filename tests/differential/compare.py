@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeSpecError, run_merge
+from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
 from dbt.adapters.rowmerge.merge.table import HIVE_DEFAULT_PARTITION
 
 from . import oracle
@@ -91,6 +92,16 @@ COMPACTION = ({"target_file_size_mb": 1, "auto_compact": False, "optimize_every"
 RAN: list[str] = []
 COMPACTED: list[str] = []
 MERGED: list[str] = []
+# Cases whose merge was written in one pass, joined in a single task or with the source
+# broadcast (rewrite.single_task_join): every table here is tiny, so half the cases are sent
+# down the broadcast path (SINGLE_TASK_ROWS 0), chosen by a hash of the tag like compaction.
+ONE_PASS_SINGLE_TASK: list[str] = []
+ONE_PASS_BROADCAST: list[str] = []
+
+
+def single_task_rows_for(tag: str) -> int:
+    """The single-task limit of the case tagged ``tag``: the engine's default or 0."""
+    return SINGLE_TASK_ROWS.get() if zlib.crc32(f"single_task:{tag}".encode()) % 2 else 0
 
 
 def compaction_for(tag: str) -> dict[str, Any]:
@@ -105,18 +116,23 @@ def run_engine(spark: SparkSession, case: Case, db: str, tag: str) -> Outcome:
     spark.createDataFrame(list(case.source_rows), _ddl(case.source_schema)).createOrReplaceTempView(source)
     error, detail = None, ""
     RAN.append(tag)
+    path = SINGLE_TASK_ROWS.set(single_task_rows_for(tag))
     try:
         result = run_merge(spark, {**case.spec(target, source, changes), **compaction_for(tag)})
         if result.version >= 1:  # committed a version (a merge that changes nothing does not)
             MERGED.append(tag)
         if result.metrics.get("compactVersion"):
             COMPACTED.append(tag)
+        if result.metrics.get("onePass"):
+            (ONE_PASS_SINGLE_TASK if result.metrics["onePassSingleTask"] else ONE_PASS_BROADCAST).append(tag)
     except CardinalityViolation as exc:
         error, detail = "cardinality", str(exc)
     except MergeSpecError as exc:
         error, detail = "spec", str(exc)
     except Exception as exc:  # anything else is a mismatch, shown with its type
         error, detail = f"{type(exc).__name__}", str(exc)[:2000]
+    finally:
+        SINGLE_TASK_ROWS.reset(path)
     spark.catalog.refreshTable(target)
     table = spark.table(target)
     columns = [f.name.lower() for f in table.schema.fields]

@@ -29,7 +29,14 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import spark_conf
 from tests.differential.cases import Case, Outcome
-from tests.differential.compare import COMPACTED, MERGED, check, reproduction
+from tests.differential.compare import (
+    COMPACTED,
+    MERGED,
+    ONE_PASS_BROADCAST,
+    ONE_PASS_SINGLE_TASK,
+    check,
+    reproduction,
+)
 from tests.differential.generator import generate
 from tests.differential.oracle import OracleError
 from tests.differential.test_differential import case_rng
@@ -171,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"fuzz seed={args.seed} start={args.start} n={args.n}: {len(mismatched)} mismatched "
         f"{mismatched[:20]}; outcomes {outcome}; compacted after {len(COMPACTED)} of "
-        f"{len(MERGED)} merges; {elapsed:.0f}s"
+        f"{len(MERGED)} merges; one pass in a single task {len(ONE_PASS_SINGLE_TASK)}, with the source "
+        f"broadcast {len(ONE_PASS_BROADCAST)}; {elapsed:.0f}s"
     )
     return 1 if mismatched or counts["oracle_error"] else 0
 

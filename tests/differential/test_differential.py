@@ -13,7 +13,15 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 
-from tests.differential.compare import COMPACTED, MERGED, RAN, check, reproduction
+from tests.differential.compare import (
+    COMPACTED,
+    MERGED,
+    ONE_PASS_BROADCAST,
+    ONE_PASS_SINGLE_TASK,
+    RAN,
+    check,
+    reproduction,
+)
 from tests.differential.generator import generate
 
 SEED = 20261123
@@ -48,3 +56,17 @@ def test_differential_cases_compacted_most_tables():
     if len(RAN) < CASES:
         pytest.skip("run with the differential cases above (the whole module)")
     assert len(COMPACTED) > len(MERGED) // 2, (len(COMPACTED), len(MERGED))
+
+
+@pytest.mark.slow
+def test_differential_cases_took_both_one_pass_joins():
+    """Among the cases above, merges written in one pass took both joins: in a single task and
+    with the source broadcast (compare.single_task_rows_for), so the check covered both. (Few
+    random merges qualify for one pass, 6 of the 150; a 2,000-case `make fuzz` has about 80,
+    and tests/engine/test_one_pass.py runs both joins on chosen merges.)"""
+    if len(RAN) < CASES:
+        pytest.skip("run with the differential cases above (the whole module)")
+    assert len(ONE_PASS_SINGLE_TASK) >= 2 and len(ONE_PASS_BROADCAST) >= 2, (
+        len(ONE_PASS_SINGLE_TASK),
+        len(ONE_PASS_BROADCAST),
+    )

@@ -8,9 +8,15 @@ exactly the result the scan path gives: same rows, same untouched files, same er
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
+from pyspark.sql import functions as F
 
 from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeError
+from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -143,3 +149,121 @@ def test_no_candidate_file_makes_an_upsert_insert_only(spark, db) -> None:
     assert (m["numTargetRowsInserted"], m["numTargetRowsUpdated"], m["numTargetFilesRemoved"]) == (2, 0, 0)
     changes = spark.sql(f"SELECT id, v, _change_type FROM {db}.t__changes ORDER BY id").collect()
     assert [tuple(r) for r in changes] == [(10, "j", "insert"), (11, "k", "insert")]
+
+
+# -- the two joins of the one-pass write: in a single task, or with the source broadcast --------
+
+
+@contextmanager
+def single_task_rows(limit: int) -> Iterator[None]:
+    """Merges in this block join in a single task up to ``limit`` rows (0: never)."""
+    token = SINGLE_TASK_ROWS.set(limit)
+    try:
+        yield
+    finally:
+        SINGLE_TASK_ROWS.reset(token)
+
+
+def _counting_jobs(spark, run):
+    sc = spark.sparkContext
+    group = f"one_pass_{uuid.uuid4().hex}"
+    sc.setJobGroup(group, "counted")
+    try:
+        result = run()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return result, len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def test_small_one_pass_upsert_is_two_jobs(spark, db) -> None:
+    """One job evaluates the source, the other joins the candidate files with it in one task and
+    writes both the rewritten files and the inserts: nothing is broadcast or shuffled."""
+    t = four_files(spark, db)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (4, "D"), (9, "i")])
+    result, jobs = _counting_jobs(spark, lambda: merge(spark, t, src, UPSERT, auto_compact=False))
+    m = result.metrics
+    assert (m["onePass"], m["onePassSingleTask"], jobs) == (1, 1, 2)
+    assert rows(spark, t) == [
+        (1, "A"),
+        (2, "b"),
+        (3, "c"),
+        (4, "D"),
+        (5, "e"),
+        (6, "f"),
+        (7, "g"),
+        (8, "h"),
+        (9, "i"),
+    ]
+    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"], m["numTargetRowsCopied"]) == (2, 1, 2)
+
+
+CLAUSES = [
+    {"when": "matched", "condition": "s.op = 'd'", "action": "delete"},
+    {"when": "matched", "condition": "s.op = 'u'", "action": "update", "set": {"v": "s.v"}},
+    {
+        "when": "not_matched",
+        "condition": "s.op <> 'd'",
+        "action": "insert",
+        "values": {"id": "s.id", "v": "s.v"},
+    },
+]
+SOURCE = [
+    (1, "A", "u"),
+    (2, None, "d"),
+    (5, "E", "u"),
+    (6, None, "d"),
+    (9, "I", "u"),
+    (10, "J", "d"),
+    (None, "N", "u"),
+]
+
+
+@pytest.mark.parametrize("partitioned", [False, True], ids=["flat", "partitioned"])
+def test_single_task_and_broadcast_joins_write_the_same(spark, db, partitioned) -> None:
+    """Deletes, updates, conditional inserts and a NULL key, both ways: same rows, same counts."""
+    outcomes = []
+    for limit in (SINGLE_TASK_ROWS.get(), 0):
+        t = f"{db}.t{limit}"
+        data = [[(i, v, i % 2) for i, v in f] for f in FILES]
+        create_table(spark, t, "id long, v string, p int", data, partition_by=["p"] if partitioned else ())
+        src = source_view(spark, f"{db}_src", "id long, v string, op string", SOURCE)
+        with single_task_rows(limit):
+            m = merge(spark, t, src, CLAUSES, auto_compact=False).metrics
+        assert (m["onePass"], m["onePassSingleTask"]) == (1, int(limit > 0))
+        counts = [m[k] for k in ("numTargetRowsUpdated", "numTargetRowsDeleted", "numTargetRowsInserted")]
+        outcomes.append((rows(spark, t), counts, m["numTargetFilesRemoved"]))
+    assert outcomes[0] == outcomes[1]
+    got, counts, removed = outcomes[0]
+    assert [r[:2] for r in got] == [
+        (None, "N"),
+        (1, "A"),
+        (3, "c"),
+        (4, "d"),
+        (5, "E"),
+        (7, "g"),
+        (8, "h"),
+        (9, "I"),
+    ]
+    # Keys 1, 2, 5 and 6: two files, or four once each file is split by partition.
+    assert (counts, removed) == ([2, 2, 2], 4 if partitioned else 2)
+
+
+def test_single_task_rewrite_keeps_files_no_bigger_and_key_ranges_apart(spark, db) -> None:
+    """The rewritten rows come out of one task in key order and are cut at the largest replaced
+    file's row count: the files replacing two far-apart ones cover their own ranges again."""
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(i, "x") for i in range(k, k + 10)] for k in (0, 100, 200)])
+    src = source_view(spark, f"{db}_src", "id long, v string", [(5, "A"), (205, "B"), (300, "C")])
+    before = file_snapshot(spark, t)
+    m = merge(spark, t, src, UPSERT, auto_compact=False).metrics
+    assert (m["onePassSingleTask"], m["numTargetFilesRemoved"], m["numTargetRowsInserted"]) == (1, 2, 1)
+    ranges = sorted(
+        tuple(r)
+        for r in spark.table(t)
+        .groupBy("_metadata.file_path")
+        .agg(F.min("id"), F.max("id"), F.count("*"))
+        .select("min(id)", "max(id)", "count(1)")
+        .collect()
+    )
+    assert ranges == [(0, 9, 10), (100, 109, 10), (200, 209, 10), (300, 300, 1)]
+    assert len(kept_files(before, file_snapshot(spark, t))) == 1

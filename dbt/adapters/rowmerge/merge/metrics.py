@@ -33,6 +33,9 @@ COUNTER_NAMES = (
     # (no scan), and 1 in onePassFallback if that was tried and the scan had to decide.
     "onePass",
     "onePassFallback",
+    # 1 if the one-pass write joined the candidates and the source in a single task
+    # (rewrite.single_task_join) rather than with the source broadcast.
+    "onePassSingleTask",
     # Auto-compaction after the merge (optimize.py): the OPTIMIZE version it committed (0:
     # none), and the files it replaced and wrote.
     "compactVersion",

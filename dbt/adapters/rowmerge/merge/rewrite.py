@@ -12,19 +12,21 @@ the commit's staging folder, partitioned like the table.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import reduce
 from uuid import uuid4
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from .filestats import FileSummary, indexed_columns, summarize_files
 from .outputs import (
     FILE,
     PREFIX,
     ROW,
+    SIZE,
     SRC_ID,
     acting,
     chosen,
@@ -36,7 +38,7 @@ from .outputs import (
 )
 from .plan import MergePlan
 from .scan import ScanResult, target_frame
-from .source import MaterializedSource
+from .source import MaterializedSource, estimated_bytes
 from .storage import Storage
 
 UPDATED = PREFIX + "updated"  # true on a rewritten row an update clause wrote
@@ -44,6 +46,14 @@ _UPD, _DEL = PREFIX + "acts_update", PREFIX + "acts_delete"  # flags the one-pas
 
 # Inserts into an unpartitioned table go into files of about this many rows.
 ROWS_PER_INSERT_FILE = 1_000_000
+# A one-pass merge whose candidate files and source hold at most this many rows together
+# joins them in a single task (see single_task_join). One task gives up the parallelism of a
+# task per file, so the limit is a small merge's size: a file or two of a table of millions of
+# rows (the benchmark's 10M-row table has 156,000 per file). A context variable, so a test (the
+# differential fuzz runs merges in threads) can send one merge down either path.
+SINGLE_TASK_ROWS: ContextVar[int] = ContextVar("rowmerge_single_task_rows", default=250_000)
+# ... and Spark's estimate of them (see single_task_join) at most half its single-partition limit.
+SINGLE_PARTITION_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -61,16 +71,88 @@ class TouchedJoin:
 
 
 def touched_join(
-    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str], acts: bool = True
+    spark: SparkSession,
+    plan: MergePlan,
+    source: MaterializedSource,
+    touched: list[str],
+    acts: bool = True,
+    joined: DataFrame | None = None,
 ) -> TouchedJoin:
     """The rows of ``touched`` files, target preserved, joined with the (broadcast) source.
 
     ``acts``: whether :meth:`TouchedJoin.acts` tells updates that change nothing from the
     others (the no-op check costs a comparison of every value the update writes).
+    ``joined``: the :func:`single_task_join` of the same files, whose target rows are used.
     """
-    target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
-    joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
+    if joined is None:
+        target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
+        joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
+    else:
+        joined = _target_side(plan, joined)
     return TouchedJoin(plan, decide(plan, joined, ["matched", "not_matched_by_source"], acts))
+
+
+def single_task(plan: MergePlan, source: MaterializedSource, candidate_rows: int) -> bool:
+    """Whether a one-pass merge joins its candidates and source in one task (see
+    :func:`single_task_join`): when both together are small enough for one task, and small
+    enough in Spark's estimate (:func:`_row_hint`) for Spark to keep them in one partition."""
+    if candidate_rows + source.num_rows > SINGLE_TASK_ROWS.get():
+        return False
+    metadata = [StructField(FILE, StringType()), StructField(ROW, LongType()), StructField(SIZE, LongType())]
+    target_schema = StructType([*plan.target.schema.fields, *metadata])
+    estimate = estimated_bytes(target_schema, _row_hint(candidate_rows))
+    estimate += estimated_bytes(source.df.schema, _row_hint(source.num_rows))
+    return estimate <= SINGLE_PARTITION_BYTES
+
+
+def _row_hint(rows: int) -> int:
+    """The row count a side of :func:`single_task_join` is limited to: twice what it holds, so
+    the limit can never cut a row off (see there)."""
+    return 2 * rows + 1
+
+
+def single_task_join(
+    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str], candidate_rows: int
+) -> DataFrame:
+    """The rows of ``touched`` files (``candidate_rows`` in all, per the journal) FULL OUTER
+    JOIN the source, each side in one partition.
+
+    A small merge pays for Spark jobs more than for rows. The broadcast join reads the touched
+    files twice (once for the rewrite, once for the ids of the source rows that matched, which
+    the inserts leave out) and broadcasts the source twice, each a job of its own. Here both
+    sides are coalesced to a single partition, which satisfies the join's distribution, so
+    Spark adds no exchange: the target rows (source side NULL for the unmatched) and the
+    inserts (target side NULL) come out of the write job itself.
+
+    Two things keep Spark from planning it otherwise. The sort-merge hint: the rewrite keeps
+    only rows with a target row, which turns its join into a left outer one, and Spark would
+    broadcast a small source for that, a job again. And a limit on each side, to twice the rows
+    it holds: Spark keeps two single-partition sides in one partition only if its estimate of
+    each is at most ``spark.sql.maxSinglePartitionBytes`` (128 MB), and without the limit it
+    estimates the candidates as the whole table and the source as whatever it was computed
+    from; a limit is estimated from its row count. It cuts nothing: the source's count is
+    exact, and if the candidate files held more rows than the journal says, the join would
+    produce other than that many rows and the one-pass write would be thrown away (see
+    :func:`.scan.one_pass_applies`).
+    """
+    target = (
+        target_frame(spark, plan)
+        .where(F.col(FILE).isin(touched))
+        .coalesce(1)
+        .limit(_row_hint(candidate_rows))
+    )
+    src = source.df.coalesce(1).limit(_row_hint(source.num_rows))
+    return target.alias(plan.ta).hint("merge").join(src.alias(plan.sa), plan.on, "full_outer")
+
+
+def _target_side(plan: MergePlan, joined: DataFrame) -> DataFrame:
+    """The rows of a :func:`single_task_join` that hold a target row."""
+    return joined.where(F.col(q(plan.ta, FILE)).isNotNull())
+
+
+def _unmatched_source(plan: MergePlan, joined: DataFrame) -> DataFrame:
+    """The source rows of a :func:`single_task_join` that matched no target row."""
+    return joined.where(F.col(q(plan.ta, FILE)).isNull()).select(f"`{plan.sa}`.*").alias(plan.sa)
 
 
 @dataclass
@@ -81,6 +163,7 @@ class OnePass:
 
     # A name of its own: merges of other tables may run at the same time in this session.
     observation: Observation = field(default_factory=lambda: Observation(f"{PREFIX}one_pass_{uuid4().hex}"))
+    single_task: bool = False  # joined in one task (single_task_join), not with the source broadcast
 
     def observe(self, rows: DataFrame) -> DataFrame:
         """``rows`` (with the file and the clause flags of each joined row), observed."""
@@ -110,12 +193,13 @@ def rewritten_rows(
     source: MaterializedSource,
     touched: list[str],
     one_pass: OnePass | None = None,
+    joined: DataFrame | None = None,
 ) -> DataFrame:
     """All rows of the touched files after the merge (deleted rows dropped); ``one_pass``
-    observes the join on the way."""
+    observes the join on the way; ``joined``: see :func:`touched_join`."""
     # The rewrite itself writes an update's values whether or not they change anything;
     # only the one-pass write observes which updates really act.
-    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None)
+    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None, joined=joined)
     values = [output_value(plan, f.name).alias(f.name) for f in plan.output_fields]
     # Rows an update writes are checked against the constraints (copied rows were checked
     # when they were written).
@@ -142,14 +226,21 @@ def rewritten_rows(
 
 
 def inserted_rows(
-    plan: MergePlan, source: MaterializedSource, target: DataFrame, scan: ScanResult | None
+    plan: MergePlan,
+    source: MaterializedSource,
+    target: DataFrame,
+    scan: ScanResult | None,
+    joined: DataFrame | None = None,
 ) -> DataFrame:
     """Source rows that match no target row and that a not_matched clause inserts.
 
     After a scan, the rows are the ones it chose (by source row id), so the target is not
-    read again; an insert-only merge has no scan and finds them with an anti-join.
+    read again; a :func:`single_task_join` (``joined``) has them already; an insert-only
+    merge has no scan and finds them with an anti-join.
     """
-    if scan is not None and scan.insert_source is not None:
+    if joined is not None:
+        unmatched = _unmatched_source(plan, joined)
+    elif scan is not None and scan.insert_source is not None:
         unmatched = scan.insert_source.alias(plan.sa)
     else:
         # Matched source ids via a join whose build side is the (usually small) source, so
@@ -188,17 +279,28 @@ def write_changes(
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
     touched = [f.path for f in scan.touched] if scan else []
+    fmt = plan.target.file_format
+    removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
+    counts = storage.count_rows(removed, fmt) if removed else {}
+    joined = None
+    if one_pass is not None and touched and single_task(plan, source, sum(counts.values())):
+        joined = single_task_join(spark, plan, source, touched, sum(counts.values()))
+        one_pass.single_task = True
     if touched:
         # With the source broadcast, each task reads one touched file (or packs a few small
-        # ones) and writes its replacement: file sizes stay near the table's own.
-        parts.append(rewritten_rows(spark, plan, source, touched, one_pass))
+        # ones) and writes its replacement: file sizes stay near the table's own. In a single
+        # task the rows come out in key order, cut into files no bigger than the largest one
+        # replaced (rewrite_file_cap).
+        parts.append(rewritten_rows(spark, plan, source, touched, one_pass, joined))
     # The rows inserted, or at most that many.
     expected = 0
     if plan.not_matched:
         expected = scan.inserted if scan is not None and one_pass is None else source.num_rows
     if plan.not_matched and (scan is None or scan.inserted > 0 or one_pass is not None):
-        inserts = inserted_rows(plan, source, target, scan)
-        if pcols:
+        inserts = inserted_rows(plan, source, target, scan, joined)
+        if joined is not None:
+            pass  # one task already: one file per partition value
+        elif pcols:
             inserts = inserts.repartition(
                 *[F.col(q(c)) for c in pcols]
             )  # one file per partition value (AQE-sized)
@@ -207,9 +309,6 @@ def write_changes(
         parts.append(inserts)
     if not parts:
         return [], {}
-    fmt = plan.target.file_format
-    removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
-    counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     writer = out.write.format(fmt)
     if pcols:

@@ -406,7 +406,16 @@ def _merge(
                 feed_writer.start(candidates, inserts=bool(plan.not_matched))
                 with timed(metrics, "rewriteTimeMs"):
                     written = _write_one_pass(
-                        spark, plan, source, pruned, candidates, files, commit, staging, journal.storage
+                        spark,
+                        plan,
+                        source,
+                        pruned,
+                        candidates,
+                        files,
+                        commit,
+                        staging,
+                        journal.storage,
+                        metrics,
                     )
                 metrics["onePass" if written is not None else "onePassFallback"] = 1
                 if written is None:
@@ -541,6 +550,7 @@ def _write_one_pass(
     commit: Commit,
     staging: Staging,
     storage: Storage,
+    metrics: MergeMetrics,
 ) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
     """Rewrite every candidate file (``candidates.touched``, the URLs of ``files``) and write
     the inserts in one job, observing what the clauses did (see
@@ -558,6 +568,7 @@ def _write_one_pass(
         return None
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)
+    metrics["onePassSingleTask"] = int(observed.single_task)
     return candidates, staged, removed_rows
 
 

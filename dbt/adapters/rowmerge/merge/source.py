@@ -3,7 +3,8 @@
 A model's SQL often reads ``{{ this }}``; evaluating it again after files were rewritten
 would see a different table. ``localCheckpoint`` runs the source plan once and cuts its
 lineage, so no later job can silently re-evaluate it. The job that checkpoints it also counts
-the rows and collects the key statistics the scan uses to prune the target.
+the rows and collects the key statistics the scan uses to prune the target (observed, so the
+phase is one Spark job).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
+from uuid import uuid4
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
@@ -29,8 +31,9 @@ from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError, spark_reason
 from .filestats import KeyRanges, candidate_ids
-from .outputs import SRC_ID, SRC_PRESENT
+from .outputs import PREFIX, SRC_ID, SRC_PRESENT
 from .plan import MergePlan
+from .storage import is_connect
 from .table import sql_name
 
 # A partition key with at most this many distinct source values is pruned with IN (...);
@@ -90,7 +93,7 @@ def decode(value: Any, dtype: DataType) -> Column:
     return F.lit(value).cast(dtype)
 
 
-def _estimated_bytes(schema: StructType, rows: int) -> int:
+def estimated_bytes(schema: StructType, rows: int) -> int:
     """Rough in-memory size: fixed widths for primitives, 32 bytes for anything else."""
     widths = {
         "ByteType": 1,
@@ -157,13 +160,7 @@ def materialize(
     ``ranges``: (the target files' ranges of a key column, the source expression it equals);
     the same job finds the files each one's values fall in, so skipping costs no extra job.
     """
-    df = (
-        source.withColumn(SRC_PRESENT, F.lit(True))
-        .withColumn(SRC_ID, F.monotonically_increasing_id())
-        # Lazy: the statistics job below is the first to compute it, and checkpoints every
-        # partition as it goes (one job instead of a count and then the statistics).
-        .localCheckpoint(eager=False)
-    )
+    df = source.withColumn(SRC_PRESENT, F.lit(True)).withColumn(SRC_ID, F.monotonically_increasing_id())
     aliased = df.alias(plan.sa)
     aggs = [F.count(F.lit(1)).alias("n")]
     if plan.key_pairs:
@@ -182,11 +179,22 @@ def materialize(
             aggs.append(F.slice(distinct, 1, MAX_IN_LIST_VALUES + 1).alias(f"set{i}"))
     for j, (kr, sexpr) in enumerate(ranges):
         aggs.append(F.flatten(F.collect_set(candidate_ids(sexpr, kr))).alias(f"files{j}"))
-    row = aliased.agg(*aggs).collect()[0]
+    if is_connect(spark):
+        # Lazy: the statistics job below is the first to compute it, and checkpoints every
+        # partition as it goes (one query instead of a count and then the statistics).
+        df = df.localCheckpoint(eager=False)
+        row = df.alias(plan.sa).agg(*aggs).collect()[0].asDict()
+    else:
+        # The statistics are observed while the checkpoint is computed: each task folds its
+        # rows and the driver merges the tasks' results, so the whole phase is one job (an
+        # aggregation would add a shuffle, and with adaptive execution a job of its own).
+        observed = Observation(f"{PREFIX}source_{uuid4().hex}")
+        df = aliased.observe(observed, *aggs).localCheckpoint(eager=True)
+        row = observed.get
     stats: dict[str, dict[str, Any]] = {}
     for i, tcol, _ in prunable:
         entry: dict[str, Any] = {"min": row[f"min{i}"], "max": row[f"max{i}"]}
-        if f"set{i}" in row.asDict() and row[f"set{i}"] is not None:
+        if row.get(f"set{i}") is not None:
             values = list(row[f"set{i}"])
             if len(values) <= MAX_IN_LIST_VALUES:
                 entry["values"] = values
@@ -197,7 +205,7 @@ def materialize(
         df=df,
         num_rows=num_rows,
         key_stats=stats,
-        broadcastable=0 <= _estimated_bytes(source.schema, num_rows) <= threshold,
+        broadcastable=0 <= estimated_bytes(source.schema, num_rows) <= threshold,
         file_hits=[sorted(set(row[f"files{j}"] or ())) for j in range(len(ranges))],
         null_key_rows=int(row["null_keys"]) if plan.key_pairs else 0,
     )
