@@ -6,13 +6,15 @@ import hashlib
 import os
 import shutil
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import SparkSession
 
 from dbt.adapters.rowmerge.merge import MergeResult, run_merge
+
+T = TypeVar("T")
 
 
 def create_table(
@@ -144,6 +146,18 @@ def merge(
         **extra,
     }
     return run_merge(spark, spec)
+
+
+def spark_jobs(spark: SparkSession, run: Callable[[], T]) -> tuple[T, int]:
+    """(``run()``, the Spark jobs it ran), counted in a job group of its own."""
+    sc = spark.sparkContext
+    group = f"counted_{uuid.uuid4().hex}"
+    sc.setJobGroup(group, "counted")
+    try:
+        result = run()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return result, len(sc.statusTracker().getJobIdsForGroup(group))
 
 
 UPSERT = [

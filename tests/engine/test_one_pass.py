@@ -8,7 +8,6 @@ exactly the result the scan path gives: same rows, same untouched files, same er
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,6 +25,7 @@ from tests.engine.helpers import (
     merge,
     rows,
     source_view,
+    spark_jobs,
     table_state,
 )
 
@@ -164,23 +164,12 @@ def single_task_rows(limit: int) -> Iterator[None]:
         SINGLE_TASK_ROWS.reset(token)
 
 
-def _counting_jobs(spark, run):
-    sc = spark.sparkContext
-    group = f"one_pass_{uuid.uuid4().hex}"
-    sc.setJobGroup(group, "counted")
-    try:
-        result = run()
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-    return result, len(sc.statusTracker().getJobIdsForGroup(group))
-
-
 def test_small_one_pass_upsert_is_two_jobs(spark, db) -> None:
     """One job evaluates the source, the other joins the candidate files with it in one task and
     writes both the rewritten files and the inserts: nothing is broadcast or shuffled."""
     t = four_files(spark, db)
     src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (4, "D"), (9, "i")])
-    result, jobs = _counting_jobs(spark, lambda: merge(spark, t, src, UPSERT, auto_compact=False))
+    result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, UPSERT, auto_compact=False))
     m = result.metrics
     assert (m["onePass"], m["onePassSingleTask"], jobs) == (1, 1, 2)
     assert rows(spark, t) == [

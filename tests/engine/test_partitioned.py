@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -9,9 +11,11 @@ from tests.engine.helpers import (
     files_of,
     kept_files,
     merge,
+    new_files,
     partitions,
     rows,
     source_view,
+    spark_jobs,
 )
 
 SCHEMA = "id long, v string, p int"
@@ -125,3 +129,21 @@ def test_partitioned_two_level_partitions_move_and_insert(spark, db):
     assert partitions(spark, t) == ["y=2024/m=1", "y=2024/m=2", "y=2025/m=1", "y=2025/m=3"]
     assert kept_files(before, file_snapshot(spark, t)) == untouched
     assert [r.id for r in spark.sql(f"SELECT id FROM {t} WHERE y = 2025 ORDER BY id").collect()] == [1, 4]
+
+
+def test_small_insert_into_partitions_is_two_jobs_and_one_file_per_partition(spark, db):
+    """New keys into two existing partitions and a new one: one task writes them (no shuffle,
+    so two Spark jobs with the source's), one new file per partition value."""
+    t = f"{db}.t"
+    create_table(spark, t, SCHEMA, FILES, partition_by=("p",))
+    before = file_snapshot(spark, t)
+    data = [(10 + i, f"n{i}", 1 + i % 3) for i in range(9)]
+    src = source_view(spark, f"{db}_src", SCHEMA, data)
+    insert = [{"when": "not_matched", "action": "insert", "values": "*"}]
+    result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, insert, auto_compact=False))
+    assert jobs == 2
+    assert rows(spark, t) == sorted([r for f in FILES for r in f] + data)
+    assert partitions(spark, t) == ["p=1", "p=2", "p=3"]
+    added = new_files(before, file_snapshot(spark, t))
+    assert sorted(os.path.basename(os.path.dirname(f)) for f in added) == ["p=1", "p=2", "p=3"]
+    assert result.metrics["numTargetFilesAdded"] == 3

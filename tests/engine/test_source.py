@@ -7,23 +7,9 @@ driver merges them, so however many partitions the source has, the phase is one 
 
 from __future__ import annotations
 
-import uuid
-
-from tests.engine.helpers import UPSERT, create_table, merge, rows
+from tests.engine.helpers import UPSERT, create_table, merge, rows, spark_jobs
 
 INSERT_ONLY = [{"when": "not_matched", "action": "insert", "values": "*"}]
-
-
-def _jobs_of(spark, run):
-    """(result of ``run()``, Spark jobs it ran), counted in a job group of its own."""
-    sc = spark.sparkContext
-    group = f"test_source_{uuid.uuid4().hex}"
-    sc.setJobGroup(group, "counted")
-    try:
-        result = run()
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-    return result, len(sc.statusTracker().getJobIdsForGroup(group))
 
 
 def _table(spark, db: str) -> str:
@@ -52,7 +38,7 @@ def test_insert_only_merge_of_a_four_partition_source_is_two_jobs(spark, db) -> 
     t = _table(spark, db)
     src = _four_partitions(spark, f"{db}_src", [(i + 100, f"n{i}") for i in range(40)], "id long, v string")
     before = rows(spark, t)
-    result, jobs = _jobs_of(spark, lambda: merge(spark, t, src, INSERT_ONLY, auto_compact=False))
+    result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, INSERT_ONLY, auto_compact=False))
     assert jobs == 2
     assert result.metrics["numSourceRows"] == 40
     assert result.metrics["numTargetFilesAfterSkipping"] == 0

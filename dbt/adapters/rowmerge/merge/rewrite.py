@@ -300,6 +300,10 @@ def write_changes(
         inserts = inserted_rows(plan, source, target, scan, joined)
         if joined is not None:
             pass  # one task already: one file per partition value
+        elif pcols and expected <= SINGLE_TASK_ROWS.get():
+            # A small insert goes out of one task, which writes one file per partition value
+            # without the shuffle (and, with adaptive execution, the job) a repartition costs.
+            inserts = inserts.coalesce(1)
         elif pcols:
             inserts = inserts.repartition(
                 *[F.col(q(c)) for c in pcols]
