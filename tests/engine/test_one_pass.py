@@ -256,3 +256,24 @@ def test_single_task_rewrite_keeps_files_no_bigger_and_key_ranges_apart(spark, d
     )
     assert ranges == [(0, 9, 10), (100, 109, 10), (200, 209, 10), (300, 300, 1)]
     assert len(kept_files(before, file_snapshot(spark, t))) == 1
+
+
+def test_small_one_pass_upsert_with_the_change_feed_is_three_jobs(spark, db) -> None:
+    """The feed's job joins the candidates with the source in a single task too (no broadcast):
+    the source's job, the data write and the feed write. The feed's job runs in a thread of
+    its own and still counts in the caller's job group (its local properties go with it)."""
+    t = four_files(spark, db)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (4, "D"), (9, "i")])
+    feed = {"table": f"{db}.t__changes"}
+    result, jobs = spark_jobs(
+        spark, lambda: merge(spark, t, src, UPSERT, auto_compact=False, change_data_feed=feed)
+    )
+    assert (result.metrics["onePassSingleTask"], jobs) == (1, 3)
+    changes = spark.sql(f"SELECT id, v, _change_type FROM {db}.t__changes").collect()
+    assert sorted(tuple(r) for r in changes) == [
+        (1, "A", "update_postimage"),
+        (1, "a", "update_preimage"),
+        (4, "D", "update_postimage"),
+        (4, "d", "update_preimage"),
+        (9, "i", "insert"),
+    ]

@@ -29,7 +29,7 @@ from pyspark.sql.utils import AnalysisException
 from .errors import MergeSpecError, UnsupportedTableError, spark_reason
 from .outputs import FILE, ROW, old_value, output_value, q
 from .plan import MergePlan
-from .rewrite import StagedFile, inserted_rows, staged_files, touched_join
+from .rewrite import StagedFile, inserted_rows, single_task_join, staged_files, touched_join
 from .scan import ScanResult
 from .source import MaterializedSource
 from .sqltext import epoch_micros
@@ -132,16 +132,22 @@ def change_rows(
     scan: ScanResult | None,
     staged_data: str,
     with_inserts: bool,
+    single_task_rows: int | None = None,
 ) -> DataFrame | None:
     """Every change row of this merge (target columns + ``_change_type``), or None if none.
 
     ``scan``: the rewritten files (None: an insert-only merge, whose rows are read back from
     ``staged_data`` once written); ``with_inserts``: whether a merge with a scan inserts the
-    source rows no target row matched.
+    source rows no target row matched; ``single_task_rows``: the rewritten files' rows, when
+    the one-pass write joins them with the source in a single task (the feed then does too:
+    one job, no broadcast).
     """
     parts: list[DataFrame] = []
+    joined = None
+    if scan is not None and scan.touched and single_task_rows is not None:
+        joined = single_task_join(spark, plan, source, [f.path for f in scan.touched], single_task_rows)
     if scan is not None and scan.touched:
-        parts.append(_touched_changes(spark, plan, source, [f.path for f in scan.touched]))
+        parts.append(_touched_changes(spark, plan, source, [f.path for f in scan.touched], joined))
     fields = [f.name for f in plan.output_fields]
     if plan.not_matched and scan is None:
         # Insert-only: every row this merge wrote is an insert; read them back, small and exact.
@@ -153,7 +159,7 @@ def change_rows(
         )
         parts.append(written.select(*[F.col(q(n)) for n in fields], F.lit(INSERT).alias(CHANGE_TYPE)))
     elif plan.not_matched and scan is not None and with_inserts:
-        inserts = inserted_rows(plan, source, target, scan)
+        inserts = inserted_rows(plan, source, target, scan, joined)
         parts.append(inserts.select(*[F.col(q(n)) for n in fields], F.lit(INSERT).alias(CHANGE_TYPE)))
     if not parts:
         return None
@@ -161,10 +167,15 @@ def change_rows(
 
 
 def _touched_changes(
-    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str]
+    spark: SparkSession,
+    plan: MergePlan,
+    source: MaterializedSource,
+    touched: list[str],
+    joined: DataFrame | None = None,
 ) -> DataFrame:
-    """Pre/post images of acting updates and deleted rows of the touched files."""
-    tj = touched_join(spark, plan, source, touched)
+    """Pre/post images of acting updates and deleted rows of the touched files (``joined``:
+    their :func:`.rewrite.single_task_join`, if the merge joins them so)."""
+    tj = touched_join(spark, plan, source, touched, joined=joined)
     updated, deleted = tj.acts("update"), tj.acts("delete")
 
     def image(kind: str, new: bool) -> Any:

@@ -163,7 +163,11 @@ class OnePass:
 
     # A name of its own: merges of other tables may run at the same time in this session.
     observation: Observation = field(default_factory=lambda: Observation(f"{PREFIX}one_pass_{uuid4().hex}"))
-    single_task: bool = False  # joined in one task (single_task_join), not with the source broadcast
+    # The candidates hold this many rows (per the journal) and are joined with the source in
+    # one task (single_task_join), not with the source broadcast; the caller decides both
+    # (single_task), so the change feed's job joins the same way.
+    candidate_rows: int = 0
+    single_task: bool = False
 
     def observe(self, rows: DataFrame) -> DataFrame:
         """``rows`` (with the file and the clause flags of each joined row), observed."""
@@ -283,9 +287,8 @@ def write_changes(
     removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
     counts = storage.count_rows(removed, fmt) if removed else {}
     joined = None
-    if one_pass is not None and touched and single_task(plan, source, sum(counts.values())):
-        joined = single_task_join(spark, plan, source, touched, sum(counts.values()))
-        one_pass.single_task = True
+    if one_pass is not None and touched and one_pass.single_task:
+        joined = single_task_join(spark, plan, source, touched, one_pass.candidate_rows)
     if touched:
         # With the source broadcast, each task reads one touched file (or packs a few small
         # ones) and writes its replacement: file sizes stay near the table's own. In a single

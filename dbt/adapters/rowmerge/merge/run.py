@@ -43,6 +43,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.utils import AnalysisException
+from pyspark.util import inheritable_thread_target
 
 from . import faults, feed_owner
 from .callsites import without_call_sites
@@ -71,7 +72,7 @@ from .optimize import after_merge, clustering_columns
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
 from .reshape import finish_parked, finish_refresh, parked_folder, reregister
-from .rewrite import OnePass, StagedFile, write_changes
+from .rewrite import OnePass, StagedFile, single_task, write_changes
 from .scan import (
     FileStats,
     ScanResult,
@@ -86,7 +87,7 @@ from .scan import (
 from .source import MaterializedSource, materialize, read_source
 from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
 from .sqltext import parse_name, same_table, shorten
-from .storage import FileInfo, Storage, storage_for
+from .storage import FileInfo, Storage, is_connect, storage_for
 from .table import (
     TargetTable,
     alter_add_columns,
@@ -403,7 +404,15 @@ def _merge(
                     touched=[FileStats(u, commit.snapshot[p].size) for u, p in pairs],
                     files_scanned=len(files),
                 )
-                feed_writer.start(candidates, inserts=bool(plan.not_matched))
+                candidate_rows = sum(commit.skipping.rows[p] for p in files)
+                observed = OnePass(
+                    candidate_rows=candidate_rows, single_task=single_task(plan, source, candidate_rows)
+                )
+                feed_writer.start(
+                    candidates,
+                    inserts=bool(plan.not_matched),
+                    single_task_rows=candidate_rows if observed.single_task else None,
+                )
                 with timed(metrics, "rewriteTimeMs"):
                     written = _write_one_pass(
                         spark,
@@ -411,7 +420,7 @@ def _merge(
                         source,
                         pruned,
                         candidates,
-                        files,
+                        observed,
                         commit,
                         staging,
                         journal.storage,
@@ -546,24 +555,22 @@ def _write_one_pass(
     source: MaterializedSource,
     pruned: DataFrame,
     candidates: ScanResult,
-    files: list[str],
+    observed: OnePass,
     commit: Commit,
     staging: Staging,
     storage: Storage,
     metrics: MergeMetrics,
 ) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
-    """Rewrite every candidate file (``candidates.touched``, the URLs of ``files``) and write
-    the inserts in one job, observing what the clauses did (see
-    :func:`.scan.one_pass_applies`); None, with nothing left staged, unless every candidate
-    was acted on and every target row met at most one source row: then the scan must
-    decide."""
-    assert commit.skipping is not None
-    observed = OnePass()
+    """Rewrite every candidate file (``candidates.touched``) and write the inserts in one job,
+    observing what the clauses did (``observed``, which also says how many rows the candidates
+    hold and how to join them; see :func:`.scan.one_pass_applies`); None, with nothing left
+    staged, unless every candidate was acted on and every target row met at most one source
+    row: then the scan must decide."""
     staged, removed_rows = write_changes(
         spark, plan, source, pruned, candidates, staging.data_dir, storage, observed
     )
     joined, updated, deleted, acted = observed.result()
-    if acted != {f.path for f in candidates.touched} or joined != sum(commit.skipping.rows[p] for p in files):
+    if acted != {f.path for f in candidates.touched} or joined != observed.candidate_rows:
         storage.delete(staging.data_dir, recursive=True)
         return None
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
@@ -604,9 +611,18 @@ class _FeedWriter:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def _write(self, scan: ScanResult | None, inserts: bool) -> list[StagedFile]:
+    def _write(
+        self, scan: ScanResult | None, inserts: bool, single_task_rows: int | None = None
+    ) -> list[StagedFile]:
         rows = change_rows(
-            self.spark, self.plan, self.source, self.pruned, scan, self.staging.data_dir, inserts
+            self.spark,
+            self.plan,
+            self.source,
+            self.pruned,
+            scan,
+            self.staging.data_dir,
+            inserts,
+            single_task_rows,
         )
         if rows is None:
             return []
@@ -614,14 +630,21 @@ class _FeedWriter:
             self.spark, self.plan, rows, self.staging.cdf_dir, self.storage, self.commit.time
         )
 
-    def start(self, scan: ScanResult, inserts: bool) -> None:
+    def start(self, scan: ScanResult, inserts: bool, single_task_rows: int | None = None) -> None:
         """Start writing the feed of a merge that rewrites ``scan.touched`` (and, with
-        ``inserts``, inserts the source rows no target row matched)."""
+        ``inserts``, inserts the source rows no target row matched); ``single_task_rows``: see
+        :func:`.cdf.change_rows`."""
         if self.commit.changes is None:
             return
         if self.pool is None:
             self.pool = ThreadPoolExecutor(1, thread_name_prefix="rowmerge-feed")
-        self.future = self.pool.submit(self._write, scan, inserts)
+        write = self._write
+        if not is_connect(self.spark):
+            # The caller's local properties (job group, description, scheduler pool) and
+            # tags go with the feed's job, as with the data write's: cancelling the caller's
+            # job group cancels both.
+            write = inheritable_thread_target(self.spark)(write)
+        self.future = self.pool.submit(write, scan, inserts, single_task_rows)
 
     def discard(self) -> None:
         """Drop what :meth:`start` wrote (the one-pass write fell back to the scan)."""
