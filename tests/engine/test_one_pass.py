@@ -44,11 +44,16 @@ def four_files(spark, db: str) -> str:
 
 
 def test_one_pass_upsert_rewrites_only_the_candidates(spark, db) -> None:
+    """A merge this small is two Spark jobs: one evaluates the source, the other joins the
+    candidate files with it in one task and writes both the rewritten files and the inserts
+    (nothing is broadcast or shuffled)."""
     t = four_files(spark, db)
     before = file_snapshot(spark, t)
     untouched = files_of(spark, t, "id > 4")
     src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (4, "D"), (9, "i")])
-    m = merge(spark, t, src, UPSERT).metrics
+    result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, UPSERT))
+    m = result.metrics
+    assert (m["onePassSingleTask"], jobs) == (1, 2)
     assert rows(spark, t) == [
         (1, "A"),
         (2, "b"),
@@ -162,28 +167,6 @@ def single_task_rows(limit: int) -> Iterator[None]:
         yield
     finally:
         SINGLE_TASK_ROWS.reset(token)
-
-
-def test_small_one_pass_upsert_is_two_jobs(spark, db) -> None:
-    """One job evaluates the source, the other joins the candidate files with it in one task and
-    writes both the rewritten files and the inserts: nothing is broadcast or shuffled."""
-    t = four_files(spark, db)
-    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (4, "D"), (9, "i")])
-    result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, UPSERT, auto_compact=False))
-    m = result.metrics
-    assert (m["onePass"], m["onePassSingleTask"], jobs) == (1, 1, 2)
-    assert rows(spark, t) == [
-        (1, "A"),
-        (2, "b"),
-        (3, "c"),
-        (4, "D"),
-        (5, "e"),
-        (6, "f"),
-        (7, "g"),
-        (8, "h"),
-        (9, "i"),
-    ]
-    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"], m["numTargetRowsCopied"]) == (2, 1, 2)
 
 
 CLAUSES = [

@@ -144,10 +144,11 @@ def change_rows(
     """
     parts: list[DataFrame] = []
     joined = None
-    if scan is not None and scan.touched and single_task_rows is not None:
-        joined = single_task_join(spark, plan, source, [f.path for f in scan.touched], single_task_rows)
     if scan is not None and scan.touched:
-        parts.append(_touched_changes(spark, plan, source, [f.path for f in scan.touched], joined))
+        touched = [f.path for f in scan.touched]
+        if single_task_rows is not None:
+            joined = single_task_join(spark, plan, source, touched, single_task_rows)
+        parts.append(_touched_changes(spark, plan, source, touched, joined))
     fields = [f.name for f in plan.output_fields]
     if plan.not_matched and scan is None:
         # Insert-only: every row this merge wrote is an insert; read them back, small and exact.

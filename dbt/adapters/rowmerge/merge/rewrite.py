@@ -283,9 +283,6 @@ def write_changes(
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
     touched = [f.path for f in scan.touched] if scan else []
-    fmt = plan.target.file_format
-    removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
-    counts = storage.count_rows(removed, fmt) if removed else {}
     joined = None
     if one_pass is not None and touched and one_pass.single_task:
         joined = single_task_join(spark, plan, source, touched, one_pass.candidate_rows)
@@ -316,6 +313,9 @@ def write_changes(
         parts.append(inserts)
     if not parts:
         return [], {}
+    fmt = plan.target.file_format
+    removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
+    counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     writer = out.write.format(fmt)
     if pcols:

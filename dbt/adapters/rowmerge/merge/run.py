@@ -424,9 +424,9 @@ def _merge(
                         commit,
                         staging,
                         journal.storage,
-                        metrics,
                     )
                 metrics["onePass" if written is not None else "onePassFallback"] = 1
+                metrics["onePassSingleTask"] = int(written is not None and observed.single_task)
                 if written is None:
                     logger.info("rowmerge: %s: not every candidate file was touched; scanning", target.name)
                     feed_writer.discard()
@@ -559,7 +559,6 @@ def _write_one_pass(
     commit: Commit,
     staging: Staging,
     storage: Storage,
-    metrics: MergeMetrics,
 ) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
     """Rewrite every candidate file (``candidates.touched``) and write the inserts in one job,
     observing what the clauses did (``observed``, which also says how many rows the candidates
@@ -575,7 +574,6 @@ def _write_one_pass(
         return None
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)
-    metrics["onePassSingleTask"] = int(observed.single_task)
     return candidates, staged, removed_rows
 
 
