@@ -22,11 +22,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from .callsites import without_call_sites
 from .errors import MergeSpecError
 from .feed_range import parse_timestamp
 from .journal import FileEntry, Journal, Snapshot
 from .journal.layout import inside
+from .lean_columns import lean_columns
 from .run import locate_or_finish, open_journal, storage_errors
 from .table import TargetTable, load_target
 
@@ -49,7 +49,7 @@ def as_of(
     when = version_arguments(version, timestamp, problems)
     if problems:
         raise MergeSpecError(problems)
-    with without_call_sites(), storage_errors(f"Reading {table} as of a version"):
+    with lean_columns(), storage_errors(f"Reading {table} as of a version"):
         locate_or_finish(spark, table)
         target = load_target(spark, table)
         journal = open_journal(spark, target.location)

@@ -34,7 +34,14 @@ from .scan import ScanResult
 from .source import MaterializedSource
 from .sqltext import epoch_micros
 from .storage import Storage
-from .table import COMMIT_VERSION, TargetTable, create_changes_table, describe_table, sql_name
+from .table import (
+    COMMIT_VERSION,
+    TargetTable,
+    create_changes_table,
+    describe_table,
+    sql_name,
+    table_exists,
+)
 
 CHANGE_TYPE = "_change_type"
 COMMIT_TIMESTAMP = "_commit_timestamp"
@@ -86,7 +93,7 @@ def prepare_feed_table(
         )
     ident = sql_name(name)
     try:
-        if not spark.catalog.tableExists(ident):
+        if not table_exists(spark, ident):
             create_changes_table(spark, name, feed_schema(list(target.schema.fields)))
         described = describe_table(spark, ident)
     except AnalysisException as exc:

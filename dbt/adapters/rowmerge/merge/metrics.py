@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .calls import CallCounts
+
 COUNTER_NAMES = (
     "numSourceRows",
     "numTargetRowsInserted",
@@ -41,6 +43,14 @@ COUNTER_NAMES = (
     "compactVersion",
     "numCompactedFilesRemoved",
     "numCompactedFilesAdded",
+    # Round trips of the whole merge, compaction included (calls.py): py4j calls from the
+    # driver's merge threads to its JVM (0 through Spark Connect), catalog calls, and
+    # filesystem operations of the journal, lock, staging and footer reads (not Spark's own);
+    # and the bytes of the journal's files it read (entries, checkpoints, the lock's files).
+    "numPy4jCalls",
+    "numCatalogCalls",
+    "numFilesystemCalls",
+    "numJournalBytesRead",
 )
 TIMER_NAMES = (
     "executionTimeMs",
@@ -68,6 +78,12 @@ class MergeMetrics:
 
     def add(self, name: str, value: int) -> None:
         self[name] = self.values[name] + int(value)
+
+    def record_calls(self, counts: CallCounts) -> None:
+        self["numPy4jCalls"] = counts.py4j
+        self["numCatalogCalls"] = counts.catalog
+        self["numFilesystemCalls"] = counts.filesystem
+        self["numJournalBytesRead"] = counts.journal_bytes
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.values)

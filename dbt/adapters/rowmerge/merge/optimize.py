@@ -32,11 +32,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException
 
 from . import compaction, faults
-from .callsites import without_call_sites
 from .compaction import DataFile, Group
 from .errors import MergeCommittedError, MergeError, MergeSpecError
 from .filestats import indexed_columns
 from .journal import Entry, Journal, Retention, chosen_retention
+from .lean_columns import lean_columns
 from .lock import TableLock
 from .notices import warn
 from .outputs import q
@@ -148,7 +148,7 @@ def optimize(
         )
     if problems:
         raise MergeSpecError(problems)
-    with without_call_sites(), storage_errors(f"OPTIMIZE of {table}"):
+    with lean_columns(), storage_errors(f"OPTIMIZE of {table}"):
         journal = open_journal(spark, locate_or_finish(spark, table))
         journal.check_placement(table)
         if dry_run:

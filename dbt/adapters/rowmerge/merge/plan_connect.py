@@ -41,8 +41,13 @@ def analyzed_lines(df: DataFrame) -> list[str]:
 
 def node_classes(df: DataFrame) -> list[str]:
     """Node names of the main plan tree (subquery plans, printed after ``:``, excluded)."""
+    return tree_nodes(analyzed_lines(df))
+
+
+def tree_nodes(lines: list[str]) -> list[str]:
+    """Node names of a plan's tree text (Spark's ``treeString``), main tree only."""
     out = []
-    for line in analyzed_lines(df):
+    for line in lines:
         m = re.match(r"^([ :|+\-]*)([A-Za-z]\w*)", line)
         if m and ":" not in m.group(1):
             out.append(m.group(2))

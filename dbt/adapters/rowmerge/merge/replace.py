@@ -50,7 +50,7 @@ from .run import open_journal, recover_locked, storage_errors, table_lock
 from .spec import DEFAULT_LOCK_TIMEOUT_S
 from .sqltext import sql_string
 from .storage import storage_for
-from .table import TargetTable, add_columns, column_ddl, load_target
+from .table import TargetTable, add_columns, catalog_sql, column_ddl, load_target
 
 logger = logging.getLogger("rowmerge")
 
@@ -225,7 +225,7 @@ def replace_table(
     if table_properties and shape is None:
         props = ", ".join(f"{sql_string(str(k))} = {sql_string(str(v))}" for k, v in table_properties.items())
         try:
-            spark.sql(f"ALTER TABLE {target.ident} SET TBLPROPERTIES ({props})")
+            catalog_sql(spark, f"ALTER TABLE {target.ident} SET TBLPROPERTIES ({props})")
         except AnalysisException as exc:  # the refresh is committed; only the properties were refused
             warn(
                 f"{target.name}: version {done.version} is committed, but its tblproperties were "

@@ -33,13 +33,22 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
-from . import faults
+from . import calls, faults
 from .errors import ConcurrentMergeError, JournalError, UnsupportedTableError, spark_reason
 from .journal import Entry, Journal
 from .lock import LOCK_DIR, TableLock
 from .sqltext import parse_name, quote, sql_string, sql_type
 from .storage import storage_for
-from .table import CHAR_VARCHAR_KEY, Description, TargetTable, describe_table, load_target, sql_name
+from .table import (
+    CHAR_VARCHAR_KEY,
+    Description,
+    TargetTable,
+    catalog_sql,
+    describe_table,
+    load_target,
+    refresh_table,
+    sql_name,
+)
 
 logger = logging.getLogger("rowmerge")
 
@@ -201,9 +210,13 @@ def _default_folder(spark: SparkSession, name_parts: Sequence[str]) -> str | Non
     """The folder the catalog gives a managed table of this name (its schema's folder / name)."""
     if not name_parts:
         return None
-    schema = name_parts[-2] if len(name_parts) >= 2 else spark.catalog.currentDatabase()
+    if len(name_parts) >= 2:
+        schema = name_parts[-2]
+    else:
+        calls.catalog_call()
+        schema = spark.catalog.currentDatabase()
     try:
-        rows = spark.sql(f"DESCRIBE DATABASE EXTENDED {quote(schema)}").collect()
+        rows = catalog_sql(spark, f"DESCRIBE DATABASE EXTENDED {quote(schema)}").collect()
     except AnalysisException:
         return None
     found = [str(r[1]) for r in rows if str(r[0]).lower() == "location"]
@@ -297,13 +310,13 @@ def _register(
     lock.relocate(journal.log_dir)
     faults.fault_point("reshape_unparked")
     storage.delete(parked.location, recursive=True)
-    spark.catalog.refreshTable(ident)
+    refresh_table(spark, ident)
 
 
 def _catalog(spark: SparkSession, statement: str, name: str, version: int) -> None:
     """Run a catalog statement of the re-registration; a refusal as the JournalError it is."""
     try:
-        spark.sql(statement)
+        catalog_sql(spark, statement)
     except AnalysisException as exc:
         raise JournalError(
             f"Cannot finish version {version} of {name}: the catalog refused `{statement}` "

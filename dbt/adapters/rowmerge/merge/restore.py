@@ -33,7 +33,6 @@ from pyspark.sql.types import MapType, StructType
 
 from . import faults
 from .as_of import read_files, version_arguments
-from .callsites import without_call_sites
 from .cdf import (
     CHANGE_TYPE,
     DELETE,
@@ -46,6 +45,7 @@ from .cdf import (
 )
 from .errors import MergeCommittedError, MergeSpecError, UnsupportedTableError
 from .journal import Entry, Journal
+from .lean_columns import lean_columns
 from .lock import TableLock
 from .outputs import q
 from .spec import DEFAULT_LOCK_TIMEOUT_S
@@ -119,7 +119,7 @@ def restore(
     when, keys = _arguments(version, timestamp, unique_key)
     from .run import locate_or_finish, open_journal, recover_locked, storage_errors, table_lock
 
-    with without_call_sites(), storage_errors(f"RESTORE of {table}"):
+    with lean_columns(), storage_errors(f"RESTORE of {table}"):
         journal = open_journal(spark, locate_or_finish(spark, table))
         journal.check_placement(table)
         if dry_run:

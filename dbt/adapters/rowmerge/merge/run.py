@@ -45,8 +45,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.utils import AnalysisException
 from pyspark.util import inheritable_thread_target
 
-from . import faults, feed_owner
-from .callsites import without_call_sites
+from . import calls, faults, feed_owner
 from .cdf import ChangesTable, change_rows, feed_schema, prepare_changes_table, write_change_feed
 from .errors import (
     CastError,
@@ -65,6 +64,7 @@ from .feed_range import resolve as resolve_range
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
 from .guards import check_deletes, check_source
 from .journal import Entry, Journal, Recovery, Retention, Staging, chosen_retention
+from .lean_columns import lean_columns
 from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
 from .notices import progress, warn
@@ -98,7 +98,9 @@ from .table import (
     load_target,
     locate_target,
     missing_columns,
+    refresh_table,
     sql_name,
+    table_exists,
 )
 
 logger = logging.getLogger("rowmerge")
@@ -180,7 +182,7 @@ def storage_errors(what: str) -> Iterator[None]:
 
 def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
     metrics = MergeMetrics()
-    with timed(metrics, "executionTimeMs"), without_call_sites():
+    with timed(metrics, "executionTimeMs"), lean_columns(), calls.counting(spark) as counts:
         journal = open_journal(spark, locate_or_finish(spark, parsed.target))
         # Before the lock, whose folder would put a journal inside the other table's folder.
         journal.check_placement(parsed.target)
@@ -210,6 +212,7 @@ def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
                 source.df.unpersist()
             if entry is not None:
                 _compact(spark, journal, lock, plan, commit, entry, metrics)
+    metrics.record_calls(counts)
     result = MergeResult(version, metrics.as_dict(), target.name)
     logger.info("rowmerge: %s: %s (version %d)", target.name, result.summary(), version)
     return result
@@ -271,7 +274,7 @@ def dry_run(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> DryRunR
     recovers nothing: it reads the table as it is, while a merge of it may be running.
     """
     metrics = MergeMetrics()
-    with timed(metrics, "executionTimeMs"), without_call_sites():
+    with timed(metrics, "executionTimeMs"), lean_columns():
         parsed = spec if isinstance(spec, MergeSpec) else parse_spec(spec)
         target = load_target(spark, parsed.target)
         journal = open_journal(spark, target.location)
@@ -636,7 +639,7 @@ class _FeedWriter:
             return
         if self.pool is None:
             self.pool = ThreadPoolExecutor(1, thread_name_prefix="rowmerge-feed")
-        write = self._write
+        write = calls.joined(self._write)
         if not is_connect(self.spark):
             # The caller's local properties (job group, description, scheduler pool) and
             # tags go with the feed's job, as with the data write's: cancelling the caller's
@@ -871,7 +874,7 @@ def table_stats(spark: SparkSession, table_name: str) -> dict[str, int] | None:
 def _check_feed_owner(spark: SparkSession, storage: Storage, changes: str, target: TargetTable) -> None:
     """Refuse to replace a change table that holds another target's feed."""
     ident = sql_name(changes)
-    if spark.catalog.tableExists(ident):
+    if table_exists(spark, ident):
         location = storage.qualify(describe_table(spark, ident).location)
         feed_owner.check_owner(storage, location, changes, target.name, target.name_parts)
 
@@ -897,7 +900,7 @@ def start_history(
         table_lock(journal, target.name, operation, lock_timeout_s),
     ):
         # Everything that can refuse the table runs before its old history is forgotten.
-        spark.catalog.refreshTable(target.ident)
+        refresh_table(spark, target.ident)
         entry = journal.initial_entry(target, operation)
         if change_data_feed:
             _check_feed_owner(spark, journal.storage, change_data_feed, target)

@@ -31,10 +31,11 @@ from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError, spark_reason
 from .filestats import KeyRanges, candidate_ids
+from .lean_columns import jvm_class
 from .outputs import PREFIX, SRC_ID, SRC_PRESENT
 from .plan import MergePlan
 from .storage import is_connect
-from .table import sql_name
+from .table import read_table, sql_name
 
 # A partition key with at most this many distinct source values is pruned with IN (...);
 # more values fall back to a min/max range.
@@ -122,8 +123,8 @@ def _broadcast_threshold(spark: SparkSession) -> int:
     raw = str(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", "10485760b"))
     try:
         jvm: Any = spark._jvm  # type: ignore[attr-defined]
-        threshold = int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(raw))
-        heap = int(jvm.java.lang.Runtime.getRuntime().maxMemory())
+        threshold = int(jvm_class(jvm, "org.apache.spark.network.util.JavaUtils").byteStringAsBytes(raw))
+        heap = int(jvm_class(jvm, "java.lang.Runtime").getRuntime().maxMemory())
     except Exception:  # Spark Connect or an odd value: be conservative
         return -1
     if threshold < 0:
@@ -134,7 +135,7 @@ def _broadcast_threshold(spark: SparkSession) -> int:
 def read_source(spark: SparkSession, name: str) -> DataFrame:
     """The source relation (its name was validated by the spec)."""
     try:
-        df = spark.table(sql_name(name))
+        df = read_table(spark, sql_name(name))
         df.schema  # noqa: B018 -- resolved now (Spark Connect resolves lazily)
     except AnalysisException as exc:
         raise UnsupportedTableError(

@@ -16,6 +16,7 @@ leaves a torn file under the final name.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import struct
@@ -29,7 +30,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from . import calls
 from .errors import UnreadableFileError, spark_reason
+from .lean_columns import jvm_class
 
 FOOTER_THREADS = 8  # concurrent footer reads (they wait on I/O, mostly on object stores)
 # Filesystems whose permissions Hadoop's FileSystem.access answers for real (object stores
@@ -50,8 +53,53 @@ class FileInfo:
     mtime: int  # milliseconds since the epoch, as the filesystem reports it
 
 
+# The operations that touch the filesystem (the rest only rewrite paths), each counted as one
+# filesystem call of the merge (calls.py), whatever it is built from.
+FILESYSTEM_OPERATIONS = (
+    "status",
+    "list_data_files",
+    "list_names",
+    "rename",
+    "move_folder",
+    "delete",
+    "create_if_absent",
+    "write_text",
+    "read_text",
+    "footer_rows",
+    "parquet_tail",
+    "exists",
+    "removal_problem",
+    "write_problem",
+    "real_path",
+)
+
+
+def _counted(operation: Any) -> Any:
+    reads_text = operation.__name__ == "read_text"
+
+    @functools.wraps(operation)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        with calls.filesystem_call() as outermost:
+            result = operation(*args, **kwargs)
+        if reads_text and outermost:
+            calls.journal_read(result)
+        return result
+
+    return counted
+
+
 class Storage(ABC):
-    """What the engine needs from a filesystem. Paths are qualified URI strings."""
+    """What the engine needs from a filesystem. Paths are qualified URI strings.
+
+    Every implementation's :data:`FILESYSTEM_OPERATIONS` are counted (calls.py) without the
+    implementation doing anything for it: a new storage cannot forget to.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in FILESYSTEM_OPERATIONS:
+            if name in cls.__dict__:
+                setattr(cls, name, _counted(cls.__dict__[name]))
 
     @abstractmethod
     def qualify(self, path: str) -> str:
@@ -129,8 +177,8 @@ class Storage(ABC):
             rows.update((p, self._footer_rows_of_data_file(p, file_format)) for p in todo)
         else:
             with ThreadPoolExecutor(FOOTER_THREADS) as pool:
-                counted = pool.map(lambda p: self._footer_rows_of_data_file(p, file_format), todo)
-                rows.update(zip(todo, counted, strict=True))
+                footer_rows = calls.joined(lambda p: self._footer_rows_of_data_file(p, file_format))
+                rows.update(zip(todo, pool.map(footer_rows, todo), strict=True))
         return rows
 
     def _footer_rows_of_data_file(self, path: str, file_format: str) -> int:
@@ -153,7 +201,8 @@ class Storage(ABC):
         if len(todo) <= 1:
             return {p: self.parquet_tail(p, sizes[p]) for p in todo}
         with ThreadPoolExecutor(min(FOOTER_THREADS, len(todo))) as pool:
-            return dict(zip(todo, pool.map(lambda p: self.parquet_tail(p, sizes[p]), todo), strict=True))
+            tails = pool.map(calls.joined(lambda p: self.parquet_tail(p, sizes[p])), todo)
+            return dict(zip(todo, tails, strict=True))
 
     def exists(self, path: str) -> bool:
         return self.status(path) is not None
@@ -197,6 +246,13 @@ class Storage(ABC):
     def same_filesystem(self, a: str, b: str) -> bool:
         """True if a rename from ``a`` to ``b`` stays within one filesystem."""
         return _fs_root(self.qualify(a)) == _fs_root(self.qualify(b))
+
+
+# The operations Storage itself implements (from the others, which count on their own).
+for _name in FILESYSTEM_OPERATIONS:
+    _method = Storage.__dict__.get(_name)
+    if _method is not None and not getattr(_method, "__isabstractmethod__", False):
+        setattr(Storage, _name, _counted(_method))
 
 
 # Linux inode flags (chattr): an immutable file cannot be deleted or renamed, even by root; in
@@ -385,19 +441,17 @@ class HadoopStorage(Storage):
         jvm: Any = spark._jvm  # type: ignore[attr-defined]
         self._jvm: Any = jvm
         self._conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-        # Resolved once: each step of ``jvm.org.apache...`` is a py4j round trip that searches
-        # the JVM's class loaders (about a millisecond each), and a merge makes dozens of paths.
-        self._path_class: Any = jvm.org.apache.hadoop.fs.Path
-        self._spark_path: Any = jvm.org.apache.spark.paths.SparkPath
-        self._io: Any = None
+        # Looked up once per process (lean_columns.jvm_class): each step of
+        # ``jvm.org.apache...`` is a reflection round trip that searches the JVM's class
+        # loaders (about a millisecond each), and so is each lookup of a static method.
+        self._path_class: Any = jvm_class(jvm, "org.apache.hadoop.fs.Path")
+        self._spark_path: Any = jvm_class(jvm, "org.apache.spark.paths.SparkPath")
 
     def _path(self, path: str) -> Any:
         return self._path_class(path)
 
     def _io_utils(self) -> Any:
-        if self._io is None:
-            self._io = self._jvm.org.apache.commons.io.IOUtils
-        return self._io
+        return jvm_class(self._jvm, "org.apache.commons.io.IOUtils")
 
     def _fs(self, jpath: Any) -> Any:
         return jpath.getFileSystem(self._conf)
@@ -536,7 +590,7 @@ class HadoopStorage(Storage):
         """Why Hadoop's permission check refuses this user writing in ``folder`` (None: it does
         not, the folder does not exist yet, or the filesystem cannot tell)."""
         jp = self._path(folder)
-        write = self._jvm.org.apache.hadoop.fs.permission.FsAction.WRITE
+        write = jvm_class(self._jvm, "org.apache.hadoop.fs.permission.FsAction").WRITE
         try:
             self._fs(jp).access(jp, write)
         except Exception as exc:  # noqa: BLE001 - only a refusal is an answer
@@ -572,6 +626,10 @@ class HadoopStorage(Storage):
             stream.close()
 
     def read_text(self, path: str) -> str:
+        local = self._local(path)
+        if local is not None:  # journal entries, leases: read here, not through the JVM
+            with open(local[1], "rb") as f:
+                return f.read().decode("utf-8")
         jp = self._path(path)
         stream = self._fs(jp).open(jp)
         try:
@@ -611,8 +669,10 @@ class HadoopStorage(Storage):
 
     def _parquet_rows(self, path: str) -> int:
         jvm = self._jvm
-        source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(self._path(path), self._conf)
-        reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
+        source = jvm_class(jvm, "org.apache.parquet.hadoop.util.HadoopInputFile").fromPath(
+            self._path(path), self._conf
+        )
+        reader = jvm_class(jvm, "org.apache.parquet.hadoop.ParquetFileReader").open(source)
         try:
             return int(reader.getRecordCount())
         finally:
@@ -620,8 +680,9 @@ class HadoopStorage(Storage):
 
     def _orc_rows(self, path: str) -> int:
         jvm = self._jvm
-        options = jvm.org.apache.orc.OrcFile.readerOptions(self._conf)
-        reader = jvm.org.apache.orc.OrcFile.createReader(self._path(path), options)
+        orc = jvm_class(jvm, "org.apache.orc.OrcFile")
+        options = orc.readerOptions(self._conf)
+        reader = orc.createReader(self._path(path), options)
         try:
             return int(reader.getNumberOfRows())
         finally:

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
+from . import calls
 from .errors import UnsupportedTableError, spark_reason
 from .sqltext import display_name, name_key, parse_name, quote, quote_name, sql_string, sql_type
 from .storage import is_connect
@@ -31,6 +32,33 @@ LAKEHOUSE_FORMATS = ("delta", "iceberg", "hudi")
 COMMIT_VERSION = "_commit_version"
 # Spark keeps a CHAR(n)/VARCHAR(n) column's declared type here; the schema says "string".
 CHAR_VARCHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
+
+
+def catalog_sql(spark: SparkSession, statement: str) -> DataFrame:
+    """Run a catalog statement (CREATE, ALTER, DROP, DESCRIBE), counted as one catalog call.
+
+    The engine reaches the catalog only through this module's functions, so a merge's catalog
+    calls are counted (calls.py): with a Hive metastore each is a request to it.
+    """
+    calls.catalog_call()
+    return spark.sql(statement)
+
+
+def refresh_table(spark: SparkSession, ident: str) -> None:
+    """Drop the session's cached relation and file listing of ``ident``."""
+    calls.catalog_call()
+    spark.catalog.refreshTable(ident)
+
+
+def table_exists(spark: SparkSession, ident: str) -> bool:
+    calls.catalog_call()
+    return bool(spark.catalog.tableExists(ident))
+
+
+def read_table(spark: SparkSession, ident: str) -> DataFrame:
+    """The table ``ident`` as a DataFrame (resolving a name is a catalog lookup)."""
+    calls.catalog_call()
+    return spark.table(ident)
 
 
 def sql_name(name: str) -> str:
@@ -79,7 +107,7 @@ class TargetTable:
         return self.file_format == "parquet"
 
     def read(self, spark: SparkSession) -> DataFrame:
-        return spark.table(self.ident)
+        return read_table(spark, self.ident)
 
 
 @dataclass(frozen=True)
@@ -99,7 +127,7 @@ class Description:
 
 def describe_table(spark: SparkSession, ident: str) -> Description:
     """Describe the table ``ident`` (back-quoted SQL name); AnalysisException if it does not exist."""
-    text = spark.sql(f"DESCRIBE TABLE EXTENDED {ident} AS JSON").collect()[0][0]
+    text = catalog_sql(spark, f"DESCRIBE TABLE EXTENDED {ident} AS JSON").collect()[0][0]
     info: dict[str, Any] = json.loads(text)
     namespace = info.get("namespace")
     full_name: tuple[str, ...] = ()
@@ -124,8 +152,8 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
     ident, described, file_format = _checked(spark, name)
     # The session caches a table's relation (with its schema) once read; another session
     # may have added columns since. Read the catalog's schema, not the cached one.
-    spark.catalog.refreshTable(ident)
-    schema = spark.table(ident).schema
+    refresh_table(spark, ident)
+    schema = read_table(spark, ident).schema
     return TargetTable(
         name=name,
         ident=ident,
@@ -210,8 +238,8 @@ def missing_columns(
 def alter_add_columns(spark: SparkSession, ident: str, columns: Sequence[tuple[str, str]]) -> None:
     """``ALTER TABLE ... ADD COLUMNS`` for columns (name, type DDL) the table is known to lack."""
     if columns:
-        spark.sql(f"ALTER TABLE {ident} ADD COLUMNS ({_column_list(columns)})")
-        spark.catalog.refreshTable(ident)
+        catalog_sql(spark, f"ALTER TABLE {ident} ADD COLUMNS ({_column_list(columns)})")
+        refresh_table(spark, ident)
 
 
 def add_columns(spark: SparkSession, ident: str, columns: Sequence[tuple[str, str]]) -> list[str]:
@@ -236,11 +264,12 @@ def create_table_at(
     """Register a Parquet table over ``location`` (its partitions found from the folders)."""
     cols = _column_list(column_ddl(schema.fields))
     parts = f" PARTITIONED BY ({', '.join(quote(c) for c in partition_by)})" if partition_by else ""
-    spark.sql(
-        f"CREATE TABLE IF NOT EXISTS {ident} ({cols}) USING parquet{parts} LOCATION {sql_string(location)}"
+    catalog_sql(
+        spark,
+        f"CREATE TABLE IF NOT EXISTS {ident} ({cols}) USING parquet{parts} LOCATION {sql_string(location)}",
     )
     if partition_by:
-        spark.sql(f"ALTER TABLE {ident} RECOVER PARTITIONS")
+        catalog_sql(spark, f"ALTER TABLE {ident} RECOVER PARTITIONS")
 
 
 def create_changes_table(spark: SparkSession, name: str, schema: StructType) -> None:
@@ -250,20 +279,21 @@ def create_changes_table(spark: SparkSession, name: str, schema: StructType) -> 
     declared type, as the target has it.
     """
     columns = [(f.name, str(f.metadata.get(CHAR_VARCHAR_KEY) or sql_type(f.dataType))) for f in schema.fields]
-    spark.sql(
+    catalog_sql(
+        spark,
         f"CREATE TABLE IF NOT EXISTS {sql_name(name)} ({_column_list(columns)}) USING parquet "
-        f"PARTITIONED BY ({quote(COMMIT_VERSION)})"
+        f"PARTITIONED BY ({quote(COMMIT_VERSION)})",
     )
 
 
 def drop_changes_table(spark: SparkSession, name: str) -> int:
     """Drop the change table (a full refresh starts a new history); return the rows it held."""
     ident = sql_name(name)
-    if not spark.catalog.tableExists(ident):
+    if not table_exists(spark, ident):
         return 0
-    spark.catalog.refreshTable(ident)
-    rows = spark.table(ident).count()
-    spark.sql(f"DROP TABLE {ident}")
+    refresh_table(spark, ident)
+    rows = read_table(spark, ident).count()
+    catalog_sql(spark, f"DROP TABLE {ident}")
     return rows
 
 
@@ -283,7 +313,7 @@ def register_partitions(spark: SparkSession, ident: str, partitions: list[str]) 
     if not partitions:
         return
     if any(HIVE_DEFAULT_PARTITION in p for p in partitions):
-        spark.sql(f"ALTER TABLE {ident} RECOVER PARTITIONS")
+        catalog_sql(spark, f"ALTER TABLE {ident} RECOVER PARTITIONS")
         return
     specs = []
     for rel in partitions:
@@ -291,4 +321,4 @@ def register_partitions(spark: SparkSession, ident: str, partitions: list[str]) 
         specs.append("PARTITION (" + ", ".join(f"{quote(k)} = {sql_string(v)}" for k, v in kvs) + ")")
     # One statement per batch keeps the metastore round trips low.
     for i in range(0, len(specs), 100):
-        spark.sql(f"ALTER TABLE {ident} ADD IF NOT EXISTS {' '.join(specs[i : i + 100])}")
+        catalog_sql(spark, f"ALTER TABLE {ident} ADD IF NOT EXISTS {' '.join(specs[i : i + 100])}")

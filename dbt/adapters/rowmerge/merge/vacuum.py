@@ -26,13 +26,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import AnalysisException
 
 from . import faults
-from .callsites import without_call_sites
 from .errors import MergeCommittedError, MergeSpecError
 from .journal import DEFAULT_RETENTION, Entry, FileEntry, Journal, Retention, chosen_retention, history_row
 from .journal.base import BASE_OPERATION, Base
 from .journal.entry import FeedExpiry
 from .journal.entry import fold as fold_entry
 from .journal.layout import iso, parse_iso
+from .lean_columns import lean_columns
 from .lock import TableLock
 from .spec import DEFAULT_LOCK_TIMEOUT_S, Upkeep, parse_upkeep
 from .table import COMMIT_VERSION, TargetTable, describe_table, load_target, sql_name
@@ -121,7 +121,7 @@ def vacuum(
     upkeep = _check_arguments(retain_versions, retain_hours, change_feed_retain_versions, dry_run, force)
     from .run import locate_or_finish, open_journal, recover_locked, storage_errors, table_lock
 
-    with without_call_sites(), storage_errors(f"VACUUM of {table}"):
+    with lean_columns(), storage_errors(f"VACUUM of {table}"):
         journal = open_journal(spark, locate_or_finish(spark, table))
         journal.check_placement(table)
         if dry_run:

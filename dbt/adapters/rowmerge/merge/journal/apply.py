@@ -16,12 +16,15 @@ from ..table import (
     COMMIT_VERSION,
     TargetTable,
     add_columns,
+    catalog_sql,
     column_ddl,
     create_table_at,
     describe_table,
     quote,
+    refresh_table,
     register_partitions,
     sql_name,
+    table_exists,
 )
 from .base import sha256
 from .commit import Writer
@@ -113,9 +116,9 @@ class Journal(Writer):
         faults.fault_point(f"{steps}applied")
         if entry.txn:
             self.discard(self.staging(entry.txn))
-        spark.catalog.refreshTable(target.ident)
+        refresh_table(spark, target.ident)
         if feed_ident:
-            spark.catalog.refreshTable(feed_ident)
+            refresh_table(spark, feed_ident)
 
     def _fold(self, entry: Entry, steps: str) -> None:
         """Delete what the base ``entry`` commits stands for: the entries it folds first (once
@@ -155,9 +158,9 @@ class Journal(Writer):
         already gone is skipped; a change table dropped since needs no catalog step."""
         specs = [f"PARTITION ({quote(COMMIT_VERSION)} = {k})" for k in expiry.versions]
         ident = sql_name(expiry.table)
-        if specs and spark.catalog.tableExists(ident):
+        if specs and table_exists(spark, ident):
             for i in range(0, len(specs), 100):
-                spark.sql(f"ALTER TABLE {ident} DROP IF EXISTS {', '.join(specs[i : i + 100])}")
+                catalog_sql(spark, f"ALTER TABLE {ident} DROP IF EXISTS {', '.join(specs[i : i + 100])}")
         faults.fault_point(f"{steps}feed_dropped")
         for k in expiry.versions:
             self.storage.delete(f"{expiry.location}/{COMMIT_VERSION}={k}", recursive=True)

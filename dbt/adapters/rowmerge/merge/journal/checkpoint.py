@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from .. import calls
 from ..filestats import FileSummary, indexed_columns, parse_summary, summarize_files
 from ..storage import FileInfo
 from ..table import TargetTable
@@ -99,7 +100,7 @@ class Checkpoints(LogReader):
 
         todo = [v for v in ordered if v > start]
         with ThreadPoolExecutor(max_workers=ENTRY_READ_THREADS) as pool:
-            read_entries = list(pool.map(read, todo))
+            read_entries = list(pool.map(calls.joined(read), todo))
         complete = True  # every entry up to `due` was read (a checkpoint may be saved)
         for version, got in zip(todo, read_entries, strict=True):
             if got is None:

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
+from .. import calls
 from ..errors import JournalError
 from .base import BASE_OPERATION
 from .checkpoint import ENTRY_READ_THREADS, Checkpoints
@@ -37,7 +38,7 @@ class Snapshots(Checkpoints):
         """Every entry of ``versions``, in order; a JournalError for one that cannot be read
         (a version's files cannot be told without every entry before it)."""
         with ThreadPoolExecutor(max_workers=ENTRY_READ_THREADS) as pool:
-            return list(pool.map(lambda v: self.entry(v, table), versions))
+            return list(pool.map(calls.joined(lambda v: self.entry(v, table)), versions))
 
     def version_at(self, entries: Sequence[Entry], when: datetime, table: str) -> int:
         """The newest version committed at or before ``when`` (an aware datetime)."""

@@ -1,4 +1,5 @@
-"""callsites: PySpark's per-call call-site recording is off inside merges and restored after."""
+"""lean_columns: call-site recording is off and JVM function lookups are remembered inside merges;
+both are restored after."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import threading
 
 from pyspark.errors import utils
 
-from dbt.adapters.rowmerge.merge.callsites import without_call_sites
+from dbt.adapters.rowmerge.merge.lean_columns import lean_columns
 
 
 def test_recording_is_off_inside_and_restored_after() -> None:
     before = utils._enable_debugging_cache
-    with without_call_sites():
+    with lean_columns():
         assert utils._enable_debugging_cache is False
         assert utils.is_debugging_enabled() is False
     assert utils._enable_debugging_cache is before
@@ -20,7 +21,7 @@ def test_recording_is_off_inside_and_restored_after() -> None:
 def test_restored_on_error() -> None:
     before = utils._enable_debugging_cache
     try:
-        with without_call_sites():
+        with lean_columns():
             raise RuntimeError("boom")
     except RuntimeError:
         pass
@@ -35,14 +36,14 @@ def test_overlapping_merges_restore_the_value_only_when_the_last_one_ends() -> N
     seen: list[object] = []
 
     def first() -> None:
-        with without_call_sites():
+        with lean_columns():
             first_in.set()
             second_in.wait(5)
         first_out.set()
 
     def second() -> None:
         first_in.wait(5)
-        with without_call_sites():
+        with lean_columns():
             second_in.set()
             first_out.wait(5)
             seen.append(utils._enable_debugging_cache)
