@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-long test-unit test-engine test-functional test-integration lint bench bench-quick bench-scale bench-aging fuzz undo-campaign clean
+.PHONY: demo test test-long test-unit test-engine test-functional test-integration lint bench bench-quick bench-sizes bench-scale bench-aging fuzz undo-campaign clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -80,9 +80,17 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/run.py --rows 200000 --files 8 --repeat 1 --no-warmup \
 		--out $(BENCH_QUICK_OUT) --work $(BENCH_QUICK_OUT)/work
 
-# The scale curve (1M, 10M, 50M rows; not part of `make bench`).
+# The grid at 1M, 2M and 10M rows (16, 32 and 64 files), 5 runs per case and system, interleaved.
+bench-sizes: $(STAMP)
+	$(BIN)/python benchmarks/run.py --sizes 1000000:16,2000000:32,10000000:64 --cases grid --repeat 5 \
+		--out benchmarks/results/sizes
+
+# The scale curve (1M, 10M, 50M rows), then the grid at 50M rows in 320 files, 5 runs per case
+# and system (not part of `make bench`; many hours on 2 cores).
 bench-scale: $(STAMP)
 	$(BIN)/python benchmarks/run.py --scale --rows 10000000 --files 64
+	$(BIN)/python benchmarks/run.py --sizes 50000000:320 --cases grid --repeat 5 \
+		--out benchmarks/results/scale-grid
 
 # A table's life (benchmarks/aging.py): 1,000 merges in each of four shapes from 2M rows in 16
 # files, row_level_merge (defaults: auto-compaction on) against itself with auto_compact off and

@@ -2,8 +2,10 @@
 
 ``results.json`` / ``results.md`` / ``chart.png`` for the cases (one small chart per case with
 three bars: row_level_merge, full rewrite, delta-rs); ``scale.json`` / ``scale.md`` /
-``scale.png`` for ``--scale``. Ratios are row_level_merge / peer, from the same run; the
-geometric means are over Delta Lake's 16 grid cases.
+``scale.png`` for ``--scale``; ``sizes.json`` / ``sizes.md`` / ``sizes.png`` for ``--sizes`` (the
+grid at several table sizes, each case's spread and whether it meets the size target). Ratios
+are row_level_merge / peer, from the same run; the geometric means are over Delta Lake's 16
+grid cases.
 """
 
 from __future__ import annotations
@@ -250,6 +252,96 @@ def scale_chart(path: Path, meta: dict[str, Any], records: list[dict[str, Any]])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# Issue 32's bound at every size: a case may cost the full rewrite's time plus 5%, plus a
+# quarter second of fixed work (what a merge does that a rewrite does not: lock, journal).
+REWRITE_FACTOR, FIXED_ALLOWANCE_S = 1.05, 0.25
+
+
+def spread(record: dict[str, Any], system: str) -> str:
+    """A system's timed runs as ``min–max`` seconds."""
+    runs = record["systems"].get(system, {}).get("seconds_all") or []
+    return f"{min(runs):.2f}–{max(runs):.2f}" if runs else "—"
+
+
+def within_size_target(record: dict[str, Any]) -> bool | None:
+    ours, rewrite = seconds(record, "row_level_merge"), seconds(record, "full_rewrite")
+    if ours is None or rewrite is None:
+        return None
+    return ours <= REWRITE_FACTOR * rewrite + FIXED_ALLOWANCE_S
+
+
+def sizes_markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
+    """One table per table size: medians with their spread, ratios, and the size target."""
+    lines = [
+        f"The grid at {len({r['rows'] for r in records})} table sizes; {meta['machine']}; Spark "
+        f"`{meta['master']}`; deltalake {meta['versions'].get('deltalake')}; {meta['date']}; commit "
+        f"{meta['commit']}. Seconds are the median of {meta['repeat']} runs (min–max beside it), the "
+        "three systems interleaved within each repetition, each on a fresh copy of the same files. "
+        f"Target: row_level_merge ≤ {REWRITE_FACTOR}× the full rewrite + {FIXED_ALLOWANCE_S} s. "
+        f"Whole run: {meta['duration_s'] / 60:.1f} min.",
+    ]
+    for rows in sorted({r["rows"] for r in records}):
+        at = [r for r in records if r["rows"] == rows]
+        summ = summary(at)
+        met = [within_size_target(r) for r in at]
+        lines += [
+            "",
+            f"**{rows:,} rows in {at[0]['files']} files ({at[0]['table_bytes'] / 1e6:.0f} MB)**: "
+            f"{sum(1 for m in met if m)} of {len(at)} cases within the target; geometric mean "
+            f"{_num(summ['geomean_row_level_merge_over_full_rewrite'], 3)}× the full rewrite, "
+            f"{_num(summ['geomean_row_level_merge_over_delta_rs'], 3)}× delta-rs.",
+            "",
+            "| case | row_level_merge s | full rewrite s | delta-rs s | / full rewrite | / delta-rs "
+            "| within target | single task | Spark jobs | py4j calls | same table |",
+            "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|",
+        ]
+        for r, ok in zip(at, met, strict=True):
+            ours = r["systems"]["row_level_merge"]
+            m = ours.get("metrics") or {}
+            cells = [
+                f"{_num(seconds(r, s))} ({spread(r, s)})"
+                for s in ("row_level_merge", "full_rewrite", "delta_rs")
+            ]
+            lines.append(
+                f"| {r['case']} | {' | '.join(cells)} | {_num(ratio(r, 'full_rewrite'), 3)} | "
+                f"{_num(ratio(r, 'delta_rs'), 3)} | {'—' if ok is None else 'yes' if ok else '**no**'} | "
+                f"{m.get('onePassSingleTask', '—')} | {_num(ours.get('spark_jobs'), 0)} | "
+                f"{_num(m.get('numPy4jCalls'), 0)} | {'yes' if r['identical'] else '**NO**'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def sizes_chart(path: Path, meta: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """row_level_merge / full rewrite per grid case, one bar per table size, and the target."""
+    plt = _pyplot()
+    if plt is None or not records:
+        return
+    sizes = sorted({r["rows"] for r in records})
+    names = list(dict.fromkeys(r["case"] for r in records))
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.7 * len(names)), 4.0))
+    width = 0.8 / len(sizes)
+    for k, rows in enumerate(sizes):
+        by_name = {r["case"]: r for r in records if r["rows"] == rows}
+        ys = [ratio(by_name[n], "full_rewrite") or 0 if n in by_name else 0 for n in names]
+        ax.bar([i + k * width for i in range(len(names))], ys, width, label=f"{rows / 1e6:g}M rows")
+    ax.axhline(1.0, color="#7f7f7f", linewidth=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(names))])
+    ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("row_level_merge / full rewrite", fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_sizes(out: Path, meta: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"meta": meta, "cases": records}
+    (out / "sizes.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    (out / "sizes.md").write_text(sizes_markdown(meta, records))
+    sizes_chart(out / "sizes.png", meta, records)
 
 
 def write_scale(out: Path, meta: dict[str, Any], records: list[dict[str, Any]]) -> None:

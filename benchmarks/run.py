@@ -16,7 +16,9 @@ Results go to ``--out`` as JSON, a markdown table and a chart (``report.py``).
 ``--cases`` takes case names or the groups ``grid``, ``extra``, ``dbt``, ``all`` (default).
 ``--scale`` runs instead the (0.05, 0.01, 0.1) upsert and the 100-row upsert at ``--scale-rows``
 (default 1M, 10M, 50M rows), one repetition per point, with the file size of ``--rows`` /
-``--files`` kept at every point, and draws the scale chart.
+``--files`` kept at every point, and draws the scale chart. ``--sizes 1000000:16,...`` runs the
+selected cases at each ``rows:files`` size in turn (``make bench-sizes``: the grid at 1M, 2M and
+10M rows, 5 repetitions), with each case's spread and the size target (report.py).
 """
 
 from __future__ import annotations
@@ -287,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--scale", action="store_true", help="run the scale curve instead of the cases")
     parser.add_argument("--scale-rows", default="1000000,10000000,50000000")
+    parser.add_argument("--sizes", default="", help="rows:files,... : run the cases at each size")
     parser.add_argument("--out", type=Path, default=ROOT / "results", help="where results are written")
     parser.add_argument("--work", type=Path, default=ROOT / "work", help="scratch space for tables")
     parser.add_argument("--driver-memory", default="4g")
@@ -302,7 +305,11 @@ def main(argv: list[str] | None = None) -> int:
     spark.sql("CREATE DATABASE IF NOT EXISTS bench")
     args.out.mkdir(parents=True, exist_ok=True)
 
-    if args.scale:
+    if args.sizes:
+        records = run_sizes(spark, args, work)
+        report.write_sizes(args.out, meta(args, started, spark), records)
+        print((args.out / "sizes.md").read_text())
+    elif args.scale:
         records = run_scale(spark, args, work)
         report.write_scale(args.out, meta(args, started, spark), records)
         print((args.out / "scale.md").read_text())
@@ -316,6 +323,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n!!!!! FAILED CASES ({len(failed)}): {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def run_sizes(spark: SparkSession, args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """The selected cases at each ``rows:files`` of ``--sizes``, ``--repeat`` timed runs each (the
+    warm-up, if any, before the first size only)."""
+    cases = case_list.select(args.cases)
+    records = []
+    for i, size in enumerate(args.sizes.split(",")):
+        rows, _, files = size.partition(":")
+        records += run_cases(
+            spark, cases, int(rows), int(files), work, args.repeat, warmup=i == 0 and not args.no_warmup
+        )
+        for sub in ("base", "sources", "runs"):
+            shutil.rmtree(work / sub, ignore_errors=True)
+    return records
 
 
 def run_scale(spark: SparkSession, args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:

@@ -6,6 +6,8 @@ checkpoint) rise and fall with the checkpoint interval, never past it."""
 
 from __future__ import annotations
 
+import functools
+
 from pyspark.sql import functions as F
 
 from dbt.adapters.rowmerge.merge import calls, lean_columns
@@ -64,9 +66,27 @@ def test_a_merges_calls_do_not_grow_with_the_tables_history(spark, db, monkeypat
 def test_inside_lean_columns_a_function_call_is_one_round_trip(spark) -> None:
     jvm = spark.sparkContext._jvm
     with lean_columns.lean_columns():
-        F.lit(0)  # remembers lit (once per process)
+        F.lit(0), F.col("z")  # the process remembers lit and col, if it had not yet
         with calls.counting(spark) as counts:
             F.lit(1)
             F.col("a")  # looked up through `functions`, as a column name is
         assert counts.py4j == 2
     assert not {name for name in lean_columns.REMEMBERED_CLASSES if name in vars(jvm)}
+
+
+def test_py4j_counting_survives_another_wrapper_of_the_client(spark) -> None:
+    """A profiler or benchmark that wraps py4j's send_command over ours (and puts back what it
+    found afterwards) neither hides the merge's calls nor makes them count twice."""
+    client = spark.sparkContext._gateway._gateway_client
+    with lean_columns.lean_columns():
+        F.lit(0)
+        with calls.counting(spark) as before:
+            F.lit(1)
+        found = client.send_command
+        client.send_command = functools.partial(found)  # someone else's wrapper, outermost now
+        try:
+            with calls.counting(spark) as wrapped:
+                F.lit(2)
+        finally:
+            client.send_command = found
+    assert (before.py4j, wrapped.py4j) == (1, 1)

@@ -48,7 +48,8 @@ _open: ContextVar[CallCounts | None] = ContextVar("rowmerge_call_counts", defaul
 # Inside a storage operation: the operations it is built from are not counted again.
 _in_storage: ContextVar[bool] = ContextVar("rowmerge_in_storage", default=False)
 _wrap_guard = threading.Lock()
-_WRAPPED = "_rowmerge_counted_send"
+_WRAPPED = "_rowmerge_counts_py4j"  # set on our wrapper of a py4j client's send_command
+_sending = threading.local()  # inside one of our wrappers (so an inner one does not count again)
 
 
 @contextmanager
@@ -119,21 +120,33 @@ def joined(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 def _count_py4j(spark: Any) -> None:
-    """Wrap the session's py4j client once, so each command it sends adds to the open count."""
+    """Wrap the session's py4j client, so each command it sends adds to the open count.
+
+    Someone else may wrap ``send_command`` too (a profiler, a benchmark's counter) and later put
+    back what they found, unwrapping us; so the wrapper is installed again whenever the client's
+    outermost ``send_command`` is not ours, and a wrapper called from inside another of ours
+    does not count the command again.
+    """
     gateway = getattr(getattr(spark, "_sc", None), "_gateway", None)  # None through Connect
     client = getattr(gateway, "_gateway_client", None)
-    if client is None or getattr(client, _WRAPPED, False):
+    if client is None or getattr(client.send_command, _WRAPPED, False):
         return
     with _wrap_guard:
-        if getattr(client, _WRAPPED, False):
-            return
         send = client.send_command
+        if getattr(send, _WRAPPED, False):
+            return
 
         def counted_send(*args: Any, **kwargs: Any) -> Any:
+            if getattr(_sending, "active", False):
+                return send(*args, **kwargs)
             counts = _open.get()
             if counts is not None:
                 counts.add("py4j")
-            return send(*args, **kwargs)
+            _sending.active = True
+            try:
+                return send(*args, **kwargs)
+            finally:
+                _sending.active = False
 
+        setattr(counted_send, _WRAPPED, True)
         client.send_command = counted_send
-        setattr(client, _WRAPPED, True)
