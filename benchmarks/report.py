@@ -314,7 +314,8 @@ def sizes_markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
 
 
 def sizes_chart(path: Path, meta: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    """row_level_merge / full rewrite per grid case, one bar per table size, and the target."""
+    """row_level_merge / full rewrite per grid case, one bar per table size, and a line at 1.0
+    (the rewrite's own time)."""
     plt = _pyplot()
     if plt is None or not records:
         return

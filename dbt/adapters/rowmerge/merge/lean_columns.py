@@ -18,8 +18,9 @@ is a py4j round trip to the JVM. PySpark adds round trips of its own to most of 
   the JVM's class loaders, the dearest kind (about a millisecond each on a busy driver), before
   the call itself. The answers never change, so while a merge runs the classes PySpark looks up
   by name (:data:`REMEMBERED_CLASSES`) are set on the session's JVM view as objects that
-  remember their static members: an ``F.lit`` is one round trip instead of three. Measured on a
-  small upsert: 262 reflection round trips (of 727) before, 10 after.
+  remember their static members: an ``F.lit`` is one round trip instead of three. The engine's
+  own lookups go through :func:`jvm_class`, which remembers the same way. Measured on a small
+  upsert: 262 reflection round trips (of 727 py4j calls) before, 2 after (of 467).
 
 :func:`lean_columns` does both and puts back what was there when the last concurrent merge
 ends (dbt runs models in threads). Only Python-side bookkeeping changes: no Spark

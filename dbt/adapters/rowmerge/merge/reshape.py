@@ -33,7 +33,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
-from . import calls, faults
+from . import faults
 from .errors import ConcurrentMergeError, JournalError, UnsupportedTableError, spark_reason
 from .journal import Entry, Journal
 from .lock import LOCK_DIR, TableLock
@@ -44,6 +44,7 @@ from .table import (
     Description,
     TargetTable,
     catalog_sql,
+    current_database,
     describe_table,
     load_target,
     refresh_table,
@@ -210,11 +211,7 @@ def _default_folder(spark: SparkSession, name_parts: Sequence[str]) -> str | Non
     """The folder the catalog gives a managed table of this name (its schema's folder / name)."""
     if not name_parts:
         return None
-    if len(name_parts) >= 2:
-        schema = name_parts[-2]
-    else:
-        calls.catalog_call()
-        schema = spark.catalog.currentDatabase()
+    schema = name_parts[-2] if len(name_parts) >= 2 else current_database(spark)
     try:
         rows = catalog_sql(spark, f"DESCRIBE DATABASE EXTENDED {quote(schema)}").collect()
     except AnalysisException:

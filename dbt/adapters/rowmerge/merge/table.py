@@ -55,6 +55,11 @@ def table_exists(spark: SparkSession, ident: str) -> bool:
     return bool(spark.catalog.tableExists(ident))
 
 
+def current_database(spark: SparkSession) -> str:
+    calls.catalog_call()
+    return str(spark.catalog.currentDatabase())
+
+
 def read_table(spark: SparkSession, ident: str) -> DataFrame:
     """The table ``ident`` as a DataFrame (resolving a name is a catalog lookup)."""
     calls.catalog_call()
