@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
@@ -158,6 +159,41 @@ def spark_jobs(spark: SparkSession, run: Callable[[], T]) -> tuple[T, int]:
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     return result, len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def target_scans(spark: SparkSession, folder: str, run: Callable[[], T]) -> tuple[T, int]:
+    """(``run()``, how many times the SQL executions it ran scan data files of ``folder``:
+    scan nodes of their physical plans (the final plan of an adaptive one) whose location is
+    ``folder`` or a folder below it, its journal's excepted), from the session's SQL status
+    store."""
+    store = spark._jsparkSession.sharedState().statusStore()
+    bus = spark.sparkContext._jsc.sc().listenerBus()
+
+    def ids() -> dict[int, Any]:
+        bus.waitUntilEmpty(60_000)
+        listed = store.executionsList()
+        return {int(listed.apply(i).executionId()): listed.apply(i) for i in range(listed.size())}
+
+    before = set(ids())
+    result = run()
+    root = urlparse(folder).path.rstrip("/")
+    scans = 0
+    for eid, execution in ids().items():
+        if eid in before:
+            continue
+        text = str(execution.physicalPlanDescription())
+        tree, _, details = text.partition("\n\n")
+        tree = tree.split("== Initial Plan ==")[0]  # the final plan of an adaptive one
+        executed = {int(n) for n in re.findall(r"Scan \S+ .*\((\d+)\)\s*$", tree, flags=re.M)}
+        for node in re.split(r"\n(?=\(\d+\) )", details):
+            head = re.match(r"\((\d+)\) Scan ", node)
+            location = re.search(r"^Location: .*?\[(.*)\]$", node, flags=re.M)
+            if not head or not location or int(head.group(1)) not in executed:
+                continue
+            paths = [urlparse(p.strip()).path for p in location.group(1).split(",")]
+            if any((p == root or p.startswith(root + "/")) and "/_rowmerge_log/" not in p for p in paths):
+                scans += 1
+    return result, scans
 
 
 UPSERT = [

@@ -19,7 +19,16 @@ from dbt.adapters.rowmerge.merge import (
     history,
     start_history,
 )
-from tests.engine.helpers import UPSERT, create_table, merge, partitions, rows, source_view
+from tests.engine.helpers import (
+    UPSERT,
+    create_table,
+    merge,
+    partitions,
+    rows,
+    source_view,
+    table_dir,
+    target_scans,
+)
 
 UPDATE_ALL = {"when": "matched", "action": "update", "set": "*"}
 INSERT_ALL = {"when": "not_matched", "action": "insert", "values": "*"}
@@ -351,3 +360,37 @@ def test_cdf_existing_table_that_is_not_a_feed_is_rejected(spark, db, t):
         "another table in change_data_feed."
     )
     assert rows(spark, t) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+
+
+@pytest.mark.parametrize("single_task", [True, False], ids=["single_task", "broadcast"])
+def test_cdf_rows_come_from_the_data_write_which_reads_the_touched_files_once(spark, db, single_task):
+    """The feed's rows come out of the job that writes the data files: a merge with the feed
+    on scans the target's files exactly as often as the same merge without it, and no other
+    job reads them. That job scans them twice: once for the rewrite and once for the inserts
+    (the broadcast join for the ids of the source rows that matched, key columns only; the
+    single-task join computes the join again for the source rows that matched nothing)."""
+    from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
+
+    token = SINGLE_TASK_ROWS.set(SINGLE_TASK_ROWS.get() if single_task else 0)
+    try:
+        scans = {}
+        for with_feed in (False, True):
+            t = f"{db}.t_{int(with_feed)}"
+            create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b")], [(3, "c")], [(4, "d")]])
+            src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (2, "b"), (4, "D"), (9, "z")])
+            extra = feed(t) if with_feed else {}
+            run = lambda t=t, src=src, extra=extra: merge(spark, t, src, UPSERT, **extra)  # noqa: E731
+            result, scans[with_feed] = target_scans(spark, table_dir(spark, t), run)
+            assert result.metrics["onePass"] == 1
+            assert result.metrics["onePassSingleTask"] == int(single_task)
+            assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c"), (4, "D"), (9, "z")]
+        assert changes(spark, f"{db}.t_1") == expect(
+            (1, "a", "update_preimage", 1),
+            (1, "A", "update_postimage", 1),
+            (4, "d", "update_preimage", 1),
+            (4, "D", "update_postimage", 1),
+            (9, "z", "insert", 1),
+        )
+        assert scans == {False: 2, True: 2}
+    finally:
+        SINGLE_TASK_ROWS.reset(token)

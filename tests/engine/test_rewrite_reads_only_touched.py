@@ -30,7 +30,7 @@ def test_rewrite_opens_only_touched_files(spark, db, monkeypatch, partitioned: b
     real_write = run_module.write_changes
     seen: dict[str, Any] = {}
 
-    def corrupting_write(spark_, plan, source, target, scan, staging, storage, *one_pass):
+    def corrupting_write(spark_, plan, source, target, scan, staging, storage, *one_pass, **feed):
         touched = {urlparse(storage.from_spark_path(f.path)).path for f in scan.touched}
         saved = {}
         for path in before:
@@ -41,7 +41,7 @@ def test_rewrite_opens_only_touched_files(spark, db, monkeypatch, partitioned: b
                     fh.write(b"not a parquet file" * 10)
         seen["corrupted"] = len(saved)
         try:
-            return real_write(spark_, plan, source, target, scan, staging, storage, *one_pass)
+            return real_write(spark_, plan, source, target, scan, staging, storage, *one_pass, **feed)
         finally:
             for path, data in saved.items():
                 with open(path, "wb") as fh:

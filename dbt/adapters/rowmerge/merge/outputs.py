@@ -50,6 +50,8 @@ SIZE = PREFIX + "size"  # _metadata.file_size
 MATCHED_CLAUSE = PREFIX + "matched_clause"
 NMBS_CLAUSE = PREFIX + "nmbs_clause"  # not_matched_by_source
 NOT_MATCHED_CLAUSE = PREFIX + "not_matched_clause"
+# The change feed's change types (Delta Lake's names), which rows of the data write carry too.
+INSERT, PREIMAGE, POSTIMAGE, DELETE = "insert", "update_preimage", "update_postimage", "delete"
 CAST_ERROR_MARK = "ROWMERGE_CAST_ERROR"
 CONSTRAINT_MARK = "ROWMERGE_CONSTRAINT"
 NO_ACTION = -1

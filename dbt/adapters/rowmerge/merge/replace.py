@@ -37,13 +37,13 @@ from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
 from . import faults, feed_owner
-from .cdf import CHANGE_TYPE, DELETE, INSERT, ChangesTable, feed_schema, prepare_feed_table, write_feed_rows
+from .cdf import CHANGE_TYPE, ChangesTable, feed_schema, prepare_feed_table, write_feed_rows
 from .errors import MergeCommittedError, StorageError, UnsupportedTableError, spark_reason
 from .filestats import indexed_columns
 from .journal import Journal, Staging
 from .lock import TableLock
 from .notices import warn
-from .outputs import q
+from .outputs import DELETE, INSERT, q
 from .reshape import Shape, plan_shape, reregister
 from .rewrite import StagedFile, staged_files
 from .run import open_journal, recover_locked, storage_errors, table_lock

@@ -33,21 +33,12 @@ from pyspark.sql.types import MapType, StructType
 
 from . import faults
 from .as_of import read_files, version_arguments
-from .cdf import (
-    CHANGE_TYPE,
-    DELETE,
-    INSERT,
-    POSTIMAGE,
-    PREIMAGE,
-    feed_schema,
-    prepare_feed_table,
-    write_feed_rows,
-)
+from .cdf import CHANGE_TYPE, feed_schema, prepare_feed_table, write_feed_rows
 from .errors import MergeCommittedError, MergeSpecError, UnsupportedTableError
 from .journal import Entry, Journal
 from .lean_columns import lean_columns
 from .lock import TableLock
-from .outputs import q
+from .outputs import DELETE, INSERT, POSTIMAGE, PREIMAGE, q
 from .spec import DEFAULT_LOCK_TIMEOUT_S
 from .table import TargetTable, load_target
 

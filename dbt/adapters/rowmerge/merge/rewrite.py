@@ -6,12 +6,15 @@ updated or dropped by the clause that acts on it; copied rows keep their values.
 are the source rows the scan found matching no target row (an insert-only merge, which has
 no scan, finds them by joining the pruned target with the source once), so a matched source
 row whose matched clauses do not act is never inserted. Both go out in one write job into
-the commit's staging folder, partitioned like the table.
+the commit's staging folder, partitioned like the table. With the change feed on, that job
+also writes the feed's rows (:func:`feed_rows`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import reduce
@@ -23,8 +26,12 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from .filestats import FileSummary, indexed_columns, summarize_files
 from .outputs import (
+    DELETE,
     FILE,
+    INSERT,
+    POSTIMAGE,
     PREFIX,
+    PREIMAGE,
     ROW,
     SIZE,
     SRC_ID,
@@ -33,6 +40,7 @@ from .outputs import (
     decide,
     enforce_constraints,
     inserts,
+    old_value,
     output_value,
     q,
 )
@@ -43,6 +51,18 @@ from .storage import Storage
 
 UPDATED = PREFIX + "updated"  # true on a rewritten row an update clause wrote
 _UPD, _DEL = PREFIX + "acts_update", PREFIX + "acts_delete"  # flags the one-pass write observes
+# With the change feed on, the write sends each row to one output, a folder of this
+# partition column: the table's new files (DATA), or a change type of the feed (see feed_rows).
+KIND = PREFIX + "kind"
+DATA = "data"
+# Spark sorts each task's rows by the partition columns before a partitioned write, unless
+# this session setting lets a task keep several files open: then the write with the feed
+# keeps its files and its change types open side by side (up to this many; past it Spark
+# sorts the rest), and copies no row into a sorter.
+CONCURRENT_WRITERS_CONF = "spark.sql.maxConcurrentOutputFileWriters"
+CONCURRENT_WRITERS = 16
+_writers_lock = threading.Lock()
+_writers_users: dict[int, tuple[int, str]] = {}  # id(session) -> (merges writing, value before)
 
 # Inserts into an unpartitioned table go into files of about this many rows.
 ROWS_PER_INSERT_FILE = 1_000_000
@@ -165,7 +185,7 @@ class OnePass:
     observation: Observation = field(default_factory=lambda: Observation(f"{PREFIX}one_pass_{uuid4().hex}"))
     # The candidates hold this many rows (per the journal) and are joined with the source in
     # one task (single_task_join), not with the source broadcast; the caller decides both
-    # (single_task), so the change feed's job joins the same way.
+    # (single_task).
     candidate_rows: int = 0
     single_task: bool = False
 
@@ -198,35 +218,78 @@ def rewritten_rows(
     touched: list[str],
     one_pass: OnePass | None = None,
     joined: DataFrame | None = None,
+    feed: bool = False,
 ) -> DataFrame:
     """All rows of the touched files after the merge (deleted rows dropped); ``one_pass``
-    observes the join on the way; ``joined``: see :func:`touched_join`."""
+    observes the join on the way; ``joined``: see :func:`touched_join`. With ``feed``, also
+    the change rows of the clauses that act, each row with its output in :data:`KIND` (see
+    :func:`feed_rows`)."""
     # The rewrite itself writes an update's values whether or not they change anything;
-    # only the one-pass write observes which updates really act.
-    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None, joined=joined)
+    # only the one-pass write and the change feed tell which updates really act.
+    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None or feed, joined=joined)
     values = [output_value(plan, f.name).alias(f.name) for f in plan.output_fields]
     # Rows an update writes are checked against the constraints (copied rows were checked
     # when they were written).
     updating = chosen(plan, "matched", "update") | chosen(plan, "not_matched_by_source", "update")
     flags = [updating.alias(UPDATED)] if plan.constraints else []
     file = F.col(f"`{plan.ta}`.`{FILE}`").alias(FILE)
-    if one_pass is not None:
+    row = F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW)
+    # Without a matched clause there is no cardinality rule: a target row matched by several
+    # source rows appears several times in the join but is copied once. A lone unconditional
+    # delete may match one several times too: its feed reports the row deleted once.
+    once = not plan.spec.enforces_cardinality and (not plan.matched or feed)
+    if one_pass is not None or feed:
         # Only what the write and the observation read goes below the observation (no
         # optimizer rule prunes columns through it); deleted rows leave after it.
         acting_now = [tj.acts("update").alias(_UPD), tj.acts("delete").alias(_DEL)]
-        out = one_pass.observe(tj.rows.select(*values, file, *flags, *acting_now))
-        out = out.where(~F.col(_DEL)).drop(_UPD, _DEL)
-    else:
-        out = tj.rows.where(~tj.acts("delete")).select(
-            *values, file, F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW), *flags
+        olds = (
+            [old_value(plan, f.name).alias(_old(i)) for i, f in enumerate(plan.output_fields)] if feed else []
         )
+        out = tj.rows.select(*values, file, *([row] if once else []), *flags, *acting_now, *olds)
+        if one_pass is not None:
+            out = one_pass.observe(out)
+        if not feed:
+            out = out.where(~F.col(_DEL)).drop(_UPD, _DEL)
+    else:
+        out = tj.rows.where(~tj.acts("delete")).select(*values, file, row, *flags)
     if plan.constraints:
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
-    if not plan.matched:
-        # No matched clause means no cardinality rule: a target row matched by several
-        # source rows appears several times in the join but must be copied once.
+    if once:
         out = out.dropDuplicates([FILE, ROW])
-    return out.drop(FILE, ROW)
+    out = out.drop(FILE, ROW)
+    if not feed:
+        return out
+    names = [f.name for f in plan.output_fields]
+    new = [F.col(q(n)) for n in names]
+    old = [F.col(_old(i)).alias(n) for i, n in enumerate(names)]
+    outputs = (
+        F.when(F.col(_DEL), F.array(_output(old, DELETE)))
+        .when(F.col(_UPD), F.array(_output(new, DATA), _output(old, PREIMAGE), _output(new, POSTIMAGE)))
+        .otherwise(F.array(_output(new, DATA)))
+    )
+    return out.select(F.explode(outputs).alias("r")).select("r.*")
+
+
+def feed_rows(rows: DataFrame, kind: str) -> DataFrame:
+    """``rows`` (output columns) going to the table's files and, as ``kind`` change rows, to
+    the feed: each row twice, with its output in :data:`KIND`.
+
+    With the change feed on, the data write emits the feed's rows too, so the touched files
+    are read and joined once: a row goes to the table's files (``data``), to the feed, or
+    both (an update's post-image, an insert), and the write puts each output in a folder of
+    its own (``__rowmerge_kind=…``). The feed's folders hold rows of the table's columns
+    only; :func:`.cdf.stamp_feed` gives them their change type and commit timestamp.
+    """
+    cols = [F.col(q(n)) for n in rows.columns]
+    return rows.select(F.explode(F.array(_output(cols, DATA), _output(cols, kind))).alias("r")).select("r.*")
+
+
+def _output(values: Sequence[Column], kind: str) -> Column:
+    return F.struct(*values, F.lit(kind).alias(KIND))
+
+
+def _old(i: int) -> str:
+    return f"{PREFIX}old_{i}"
 
 
 def inserted_rows(
@@ -272,13 +335,16 @@ def write_changes(
     staging: str,
     storage: Storage,
     one_pass: OnePass | None = None,
+    feed_dir: str | None = None,
 ) -> tuple[list[StagedFile], dict[str, int]]:
     """Write rewritten + inserted rows into ``staging``.
 
     Returns the non-empty files written and the row count of every touched file. With
     ``one_pass``, ``scan`` lists the candidate files (no scan ran): they are all rewritten,
     the inserts are found by an anti-join with ``target`` in the same job, and ``one_pass``
-    observes what the clauses did.
+    observes what the clauses did. With ``feed_dir`` the same job writes the change feed's
+    rows there, one folder per change type (see :func:`feed_rows`; the table's files are
+    moved from there to ``staging``).
     """
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
@@ -291,7 +357,9 @@ def write_changes(
         # ones) and writes its replacement: file sizes stay near the table's own. In a single
         # task the rows come out in key order, cut into files no bigger than the largest one
         # replaced (rewrite_file_cap).
-        parts.append(rewritten_rows(spark, plan, source, touched, one_pass, joined))
+        parts.append(
+            rewritten_rows(spark, plan, source, touched, one_pass, joined, feed=feed_dir is not None)
+        )
     # The rows inserted, or at most that many.
     expected = 0
     if plan.not_matched:
@@ -310,7 +378,7 @@ def write_changes(
             )  # one file per partition value (AQE-sized)
         else:
             inserts = inserts.coalesce(files_for(expected))
-        parts.append(inserts)
+        parts.append(inserts if feed_dir is None else feed_rows(inserts, INSERT))
     if not parts:
         return [], {}
     fmt = plan.target.file_format
@@ -318,13 +386,50 @@ def write_changes(
     counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     writer = out.write.format(fmt)
-    if pcols:
+    if feed_dir is not None:
+        writer = writer.partitionBy(KIND, *pcols)
+    elif pcols:
         writer = writer.partitionBy(*pcols)
     if counts:
         writer = writer.option("maxRecordsPerFile", str(rewrite_file_cap(counts, expected)))
-    writer.save(staging)
+    if feed_dir is None:
+        writer.save(staging)
+    else:
+        with concurrent_writers(spark):
+            writer.save(feed_dir)
+        data = f"{feed_dir}/{KIND}={DATA}"
+        if storage.exists(data):
+            storage.move_folder(data, staging)
     fields = indexed_columns(plan.output_fields, pcols)
     return staged_files(fmt, staging, storage, removed, fields, counts)
+
+
+@contextmanager
+def concurrent_writers(spark: SparkSession) -> Iterator[None]:
+    """Plan the writes in the block with :data:`CONCURRENT_WRITERS` open files per task,
+    unless the session already allows some (its own setting stands).
+
+    The setting is the session's: it is set when the first merge of the session enters and
+    put back when the last one leaves, so merges running side by side in threads do not
+    restore it under each other.
+    """
+    key = id(spark)
+    with _writers_lock:
+        users, before = _writers_users.get(key, (0, ""))
+        if users == 0:
+            before = str(spark.conf.get(CONCURRENT_WRITERS_CONF, "0") or "0")
+            if before.strip() in ("", "0"):
+                spark.conf.set(CONCURRENT_WRITERS_CONF, str(CONCURRENT_WRITERS))
+        _writers_users[key] = (users + 1, before)
+    try:
+        yield
+    finally:
+        with _writers_lock:
+            users, before = _writers_users.pop(key)
+            if users > 1:
+                _writers_users[key] = (users - 1, before)
+            elif before.strip() in ("", "0"):
+                spark.conf.set(CONCURRENT_WRITERS_CONF, before or "0")
 
 
 def rewrite_file_cap(touched_rows: Mapping[str, int], new_rows: int) -> int:

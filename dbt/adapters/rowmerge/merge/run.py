@@ -33,7 +33,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,10 +42,9 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.utils import AnalysisException
-from pyspark.util import inheritable_thread_target
 
 from . import calls, faults, feed_owner
-from .cdf import ChangesTable, change_rows, feed_schema, prepare_changes_table, write_change_feed
+from .cdf import ChangesTable, feed_schema, prepare_changes_table, stamp_feed
 from .errors import (
     CastError,
     ConcurrentMergeError,
@@ -87,7 +85,7 @@ from .scan import (
 from .source import MaterializedSource, materialize, read_source
 from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
 from .sqltext import parse_name, same_table, shorten
-from .storage import FileInfo, Storage, is_connect, storage_for
+from .storage import FileInfo, Storage, storage_for
 from .table import (
     TargetTable,
     alter_add_columns,
@@ -388,86 +386,79 @@ def _merge(
     staging = journal.stage()
     committed = False
     try:
-        # The change feed's rows depend only on which files the merge rewrites and on the
-        # source, not on the data files it writes: its job runs beside the data write's (a
-        # small merge pays for each job's latency, a large one keeps both cores busy).
-        with _FeedWriter(spark, plan, source, pruned, staging, journal.storage, commit) as feed_writer:
-            written = None
-            if one_pass:
-                assert files is not None and urls is not None and commit.skipping is not None
+        # With the change feed on, the data write emits the feed's rows too (one read and
+        # one join of the touched files); they get their change type and timestamp after.
+        feed_dir = staging.feed_rows_dir if commit.changes is not None else None
+        written = None
+        if one_pass:
+            assert files is not None and urls is not None and commit.skipping is not None
+            logger.info(
+                "rowmerge: %s: %d source rows; rewriting %d of %d files in one pass",
+                target.name,
+                source.num_rows,
+                len(files),
+                len(commit.snapshot),
+            )
+            pairs = sorted(zip(urls, files, strict=True))
+            candidates = ScanResult(
+                touched=[FileStats(u, commit.snapshot[p].size) for u, p in pairs],
+                files_scanned=len(files),
+            )
+            candidate_rows = sum(commit.skipping.rows[p] for p in files)
+            observed = OnePass(
+                candidate_rows=candidate_rows, single_task=single_task(plan, source, candidate_rows)
+            )
+            with timed(metrics, "rewriteTimeMs"):
+                written = _write_one_pass(
+                    spark,
+                    plan,
+                    source,
+                    pruned,
+                    candidates,
+                    observed,
+                    commit,
+                    staging,
+                    journal.storage,
+                    feed_dir,
+                )
+            metrics["onePass" if written is not None else "onePassFallback"] = 1
+            metrics["onePassSingleTask"] = int(written is not None and observed.single_task)
+            if written is None:
+                logger.info("rowmerge: %s: not every candidate file was touched; scanning", target.name)
+        if written is not None:
+            scan, staged, removed_rows = written
+        else:
+            # No candidate file: no target row can match (statistics rule every file out),
+            # so the merge is insert-only and needs no scan.
+            if (plan.matched or plan.not_matched_by_source) and files != []:
                 logger.info(
-                    "rowmerge: %s: %d source rows; rewriting %d of %d files in one pass",
+                    "rowmerge: %s: %d source rows; scanning %d of %d files",
                     target.name,
                     source.num_rows,
-                    len(files),
+                    len(files) if files is not None else len(commit.snapshot),
                     len(commit.snapshot),
                 )
-                pairs = sorted(zip(urls, files, strict=True))
-                candidates = ScanResult(
-                    touched=[FileStats(u, commit.snapshot[p].size) for u, p in pairs],
-                    files_scanned=len(files),
+                with timed(metrics, "scanTimeMs"):
+                    scan = find_touched_files(spark, plan, source, pruned)
+                if plan.not_matched_by_source:
+                    # It opened every file (the journal's statistics rule none out); only the
+                    # readers' row-group statistics skipped rows no clause can act on.
+                    scan.files_scanned = len(commit.snapshot)
+                if plan.spec.max_delete_fraction is not None:
+                    deleted = scan.matched_deleted + scan.nmbs_deleted
+                    check_deletes(plan, deleted, _table_rows(spark, plan))
+            extra = " and writing inserts" if plan.not_matched else ""
+            touched = len(scan.touched) if scan else 0
+            logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
+            with timed(metrics, "rewriteTimeMs"):
+                staged, removed_rows = write_changes(
+                    spark, plan, source, pruned, scan, staging.data_dir, journal.storage, feed_dir=feed_dir
                 )
-                candidate_rows = sum(commit.skipping.rows[p] for p in files)
-                observed = OnePass(
-                    candidate_rows=candidate_rows, single_task=single_task(plan, source, candidate_rows)
-                )
-                feed_writer.start(
-                    candidates,
-                    inserts=bool(plan.not_matched),
-                    single_task_rows=candidate_rows if observed.single_task else None,
-                )
-                with timed(metrics, "rewriteTimeMs"):
-                    written = _write_one_pass(
-                        spark,
-                        plan,
-                        source,
-                        pruned,
-                        candidates,
-                        observed,
-                        commit,
-                        staging,
-                        journal.storage,
-                    )
-                metrics["onePass" if written is not None else "onePassFallback"] = 1
-                metrics["onePassSingleTask"] = int(written is not None and observed.single_task)
-                if written is None:
-                    logger.info("rowmerge: %s: not every candidate file was touched; scanning", target.name)
-                    feed_writer.discard()
-            if written is not None:
-                scan, staged, removed_rows = written
-            else:
-                # No candidate file: no target row can match (statistics rule every file out),
-                # so the merge is insert-only and needs no scan.
-                if (plan.matched or plan.not_matched_by_source) and files != []:
-                    logger.info(
-                        "rowmerge: %s: %d source rows; scanning %d of %d files",
-                        target.name,
-                        source.num_rows,
-                        len(files) if files is not None else len(commit.snapshot),
-                        len(commit.snapshot),
-                    )
-                    with timed(metrics, "scanTimeMs"):
-                        scan = find_touched_files(spark, plan, source, pruned)
-                    if plan.not_matched_by_source:
-                        # It opened every file (the journal's statistics rule none out); only the
-                        # readers' row-group statistics skipped rows no clause can act on.
-                        scan.files_scanned = len(commit.snapshot)
-                    if plan.spec.max_delete_fraction is not None:
-                        deleted = scan.matched_deleted + scan.nmbs_deleted
-                        check_deletes(plan, deleted, _table_rows(spark, plan))
-                if scan is not None and (scan.touched or scan.inserted > 0):
-                    feed_writer.start(scan, inserts=scan.inserted > 0)
-                extra = " and writing inserts" if plan.not_matched else ""
-                touched = len(scan.touched) if scan else 0
-                logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
-                with timed(metrics, "rewriteTimeMs"):
-                    staged, removed_rows = write_changes(
-                        spark, plan, source, pruned, scan, staging.data_dir, journal.storage
-                    )
-            if commit.changes is not None and (staged or scan is not None):
-                logger.info("rowmerge: %s: writing change feed rows to %s", target.name, commit.changes.name)
+        feed: list[StagedFile] = []
+        if feed_dir is not None and commit.changes is not None:
+            logger.info("rowmerge: %s: writing change feed rows to %s", target.name, commit.changes.name)
             with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
-                feed = feed_writer.finish(scan, staged)
+                feed = stamp_feed(spark, plan, feed_dir, staging.cdf_dir, journal.storage, commit.time)
         removed: list[FileStats] = scan.touched if scan else []
         _record_counts(metrics, scan, staged, removed, files)
         if not staged and not removed:
@@ -562,6 +553,7 @@ def _write_one_pass(
     commit: Commit,
     staging: Staging,
     storage: Storage,
+    feed_dir: str | None = None,
 ) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
     """Rewrite every candidate file (``candidates.touched``) and write the inserts in one job,
     observing what the clauses did (``observed``, which also says how many rows the candidates
@@ -569,103 +561,17 @@ def _write_one_pass(
     staged, unless every candidate was acted on and every target row met at most one source
     row: then the scan must decide."""
     staged, removed_rows = write_changes(
-        spark, plan, source, pruned, candidates, staging.data_dir, storage, observed
+        spark, plan, source, pruned, candidates, staging.data_dir, storage, observed, feed_dir
     )
     joined, updated, deleted, acted = observed.result()
     if acted != {f.path for f in candidates.touched} or joined != observed.candidate_rows:
         storage.delete(staging.data_dir, recursive=True)
+        if feed_dir is not None:
+            storage.delete(feed_dir, recursive=True)
         return None
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)
     return candidates, staged, removed_rows
-
-
-class _FeedWriter:
-    """Writes the change feed's files into the commit's staging folder beside the data write.
-
-    :meth:`start` submits the feed's job to a thread as soon as the files the merge rewrites
-    are known; :meth:`finish` returns its files (or, for an insert-only merge, whose feed rows
-    are exactly the rows the data write wrote, writes them then). Leaving the ``with`` block
-    waits for a job still running, so nothing writes into the staging folder after the merge
-    removed it.
-    """
-
-    def __init__(
-        self,
-        spark: SparkSession,
-        plan: MergePlan,
-        source: MaterializedSource,
-        pruned: DataFrame,
-        staging: Staging,
-        storage: Storage,
-        commit: Commit,
-    ) -> None:
-        self.spark, self.plan, self.source, self.pruned = spark, plan, source, pruned
-        self.staging, self.storage, self.commit = staging, storage, commit
-        self.pool: ThreadPoolExecutor | None = None
-        self.future: Future[list[StagedFile]] | None = None
-
-    def __enter__(self) -> _FeedWriter:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-
-    def _write(
-        self, scan: ScanResult | None, inserts: bool, single_task_rows: int | None = None
-    ) -> list[StagedFile]:
-        rows = change_rows(
-            self.spark,
-            self.plan,
-            self.source,
-            self.pruned,
-            scan,
-            self.staging.data_dir,
-            inserts,
-            single_task_rows,
-        )
-        if rows is None:
-            return []
-        return write_change_feed(
-            self.spark, self.plan, rows, self.staging.cdf_dir, self.storage, self.commit.time
-        )
-
-    def start(self, scan: ScanResult, inserts: bool, single_task_rows: int | None = None) -> None:
-        """Start writing the feed of a merge that rewrites ``scan.touched`` (and, with
-        ``inserts``, inserts the source rows no target row matched); ``single_task_rows``: see
-        :func:`.cdf.change_rows`."""
-        if self.commit.changes is None:
-            return
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(1, thread_name_prefix="rowmerge-feed")
-        write = calls.joined(self._write)
-        if not is_connect(self.spark):
-            # The caller's local properties (job group, description, scheduler pool) and
-            # tags go with the feed's job, as with the data write's: cancelling the caller's
-            # job group cancels both.
-            write = inheritable_thread_target(self.spark)(write)
-        self.future = self.pool.submit(write, scan, inserts, single_task_rows)
-
-    def discard(self) -> None:
-        """Drop what :meth:`start` wrote (the one-pass write fell back to the scan)."""
-        if self.future is not None:
-            try:
-                self.future.result()
-            except Exception:  # its rows are not used: the scan decides again
-                pass
-            self.future = None
-            self.storage.delete(self.staging.cdf_dir, recursive=True)
-
-    def finish(self, scan: ScanResult | None, staged: list[StagedFile]) -> list[StagedFile]:
-        """The feed's files, once written."""
-        if self.commit.changes is None:
-            return []
-        if self.future is not None:
-            return self.future.result()
-        if scan is None and staged:  # insert-only: read back what the data write wrote
-            return self._write(None, inserts=True)
-        return []
 
 
 def _table_rows(spark: SparkSession, plan: MergePlan) -> int:

@@ -24,6 +24,7 @@ STAGING_DIR = "staging"
 RETAINED_DIR = "retained"  # files replaced by a version, kept while retention lasts (retention.py)
 DATA_DIR = "data"
 CDF_DIR = "cdf"
+FEED_ROWS_DIR = "rows"
 ENTRY_SUFFIX = ".json"
 APPLIED_SUFFIX = ".applied"
 CHECKPOINT_SUFFIX = ".stats.json"  # a statistics checkpoint (checkpoint.py)
@@ -78,6 +79,12 @@ class Staging:
     def data_dir(self) -> str:
         """The target's new files, in the table's partition layout."""
         return f"{self.dir}/{DATA_DIR}"
+
+    @property
+    def feed_rows_dir(self) -> str:
+        """Where the data write puts the change feed's rows, before they are stamped into
+        :attr:`cdf_dir` (and the table's new files, before they move to :attr:`data_dir`)."""
+        return f"{self.dir}/{FEED_ROWS_DIR}"
 
     @property
     def cdf_dir(self) -> str:
