@@ -424,7 +424,13 @@ def _clauses(plan: ResolvedMerge, kind: str) -> Sequence[ActingClause]:
     }[kind]
 
 
-def decide(plan: ResolvedMerge, rows: DataFrame, kinds: Sequence[str], acts: bool = False) -> DataFrame:
+def decide(
+    plan: ResolvedMerge,
+    rows: DataFrame,
+    kinds: Sequence[str],
+    acts: bool = False,
+    only: Mapping[str, Column] | None = None,
+) -> DataFrame:
     """``rows`` with a column per kind of clause (:data:`KINDS`): which clause of that kind acts.
 
     The column holds ``2 * i + a``: ``i`` the index of the first clause whose condition holds
@@ -441,8 +447,16 @@ def decide(plan: ResolvedMerge, rows: DataFrame, kinds: Sequence[str], acts: boo
     it (CollapseProject), but a filter pushed below it gets the column's expression at each
     reference: filters use :func:`chosen` and :func:`acting`, which read each column at most
     twice.
+
+    ``only``: per kind, a condition outside which no clause of that kind is considered (its
+    conditions are not evaluated there), for rows of several kinds side by side.
     """
-    columns = [_built(plan, ("decision", kind, acts), partial(_decision, plan, kind, acts)) for kind in kinds]
+    columns = []
+    for kind in kinds:
+        decided = _built(plan, ("decision", kind, acts), partial(_decision, plan, kind, acts))
+        if only is not None and kind in only:
+            decided = F.when(only[kind], decided).otherwise(F.lit(2 * NO_ACTION)).alias(KINDS[kind])
+        columns.append(decided)
     return rows.select("*", *columns)
 
 
@@ -552,6 +566,13 @@ def inserts(plan: ResolvedMerge, candidates: DataFrame) -> DataFrame:
     source, that match no target row): each output column's value (NULL where the acting
     clause sets none), named after the column."""
     idx = clause_index("not_matched")
+    return decide(plan, candidates, ["not_matched"]).where(idx != NO_ACTION).select(*insert_values(plan))
+
+
+def insert_values(plan: ResolvedMerge) -> list[Column]:
+    """Each output column's value in a row the not_matched clauses insert (rows decided by
+    :func:`decide`; NULL where the acting clause sets none), named after the column."""
+    idx = clause_index("not_matched")
 
     def build() -> list[Column]:
         chosen = [(idx == rc.index, rc) for rc in plan.not_matched]
@@ -565,8 +586,7 @@ def inserts(plan: ResolvedMerge, candidates: DataFrame) -> DataFrame:
             out.append((null if expr is None else expr).alias(f.name))
         return out
 
-    values = _built(plan, ("insert_values",), build)
-    return decide(plan, candidates, ["not_matched"]).where(idx != NO_ACTION).select(*values)
+    return _built(plan, ("insert_values",), build)
 
 
 def written_key_sample(plan: ResolvedMerge) -> Column:

@@ -29,6 +29,7 @@ from .outputs import (
     DELETE,
     FILE,
     INSERT,
+    NO_ACTION,
     POSTIMAGE,
     PREFIX,
     PREIMAGE,
@@ -37,8 +38,10 @@ from .outputs import (
     SRC_ID,
     acting,
     chosen,
+    clause_index,
     decide,
     enforce_constraints,
+    insert_values,
     inserts,
     old_value,
     output_value,
@@ -51,6 +54,7 @@ from .storage import Storage
 
 UPDATED = PREFIX + "updated"  # true on a rewritten row an update clause wrote
 _UPD, _DEL = PREFIX + "acts_update", PREFIX + "acts_delete"  # flags the one-pass write observes
+_INS = PREFIX + "inserted"  # true on a source row a not_matched clause inserts (single_task_rows)
 # With the change feed on, the write sends each row to one output, a folder of this
 # partition column: the table's new files (DATA), or a change type of the feed (see feed_rows).
 KIND = PREFIX + "kind"
@@ -96,19 +100,14 @@ def touched_join(
     source: MaterializedSource,
     touched: list[str],
     acts: bool = True,
-    joined: DataFrame | None = None,
 ) -> TouchedJoin:
     """The rows of ``touched`` files, target preserved, joined with the (broadcast) source.
 
     ``acts``: whether :meth:`TouchedJoin.acts` tells updates that change nothing from the
     others (the no-op check costs a comparison of every value the update writes).
-    ``joined``: the :func:`single_task_join` of the same files, whose target rows are used.
     """
-    if joined is None:
-        target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
-        joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
-    else:
-        joined = _target_side(plan, joined)
+    target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
+    joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
     return TouchedJoin(plan, decide(plan, joined, ["matched", "not_matched_by_source"], acts))
 
 
@@ -165,16 +164,6 @@ def single_task_join(
     return target.alias(plan.ta).hint("merge").join(src.alias(plan.sa), plan.on, "full_outer")
 
 
-def _target_side(plan: MergePlan, joined: DataFrame) -> DataFrame:
-    """The rows of a :func:`single_task_join` that hold a target row."""
-    return joined.where(F.col(q(plan.ta, FILE)).isNotNull())
-
-
-def _unmatched_source(plan: MergePlan, joined: DataFrame) -> DataFrame:
-    """The source rows of a :func:`single_task_join` that matched no target row."""
-    return joined.where(F.col(q(plan.ta, FILE)).isNull()).select(f"`{plan.sa}`.*").alias(plan.sa)
-
-
 @dataclass
 class OnePass:
     """What the one-pass write observes while it rewrites every candidate file (see
@@ -194,7 +183,7 @@ class OnePass:
         upd, dele = F.col(_UPD), F.col(_DEL)
         return rows.observe(
             self.observation,
-            F.count(F.lit(1)).alias("joined"),
+            F.count(F.col(FILE)).alias("joined"),  # rows with a target row
             F.sum(upd.cast("long")).alias("updated"),
             F.sum(dele.cast("long")).alias("deleted"),
             F.collect_set(F.when(upd | dele, F.col(FILE))).alias("acted"),
@@ -217,16 +206,14 @@ def rewritten_rows(
     source: MaterializedSource,
     touched: list[str],
     one_pass: OnePass | None = None,
-    joined: DataFrame | None = None,
     feed: bool = False,
 ) -> DataFrame:
     """All rows of the touched files after the merge (deleted rows dropped); ``one_pass``
-    observes the join on the way; ``joined``: see :func:`touched_join`. With ``feed``, also
-    the change rows of the clauses that act, each row with its output in :data:`KIND` (see
-    :func:`feed_rows`)."""
+    observes the join on the way. With ``feed``, also the change rows of the clauses that
+    act, each row with its output in :data:`KIND` (see :func:`feed_rows`)."""
     # The rewrite itself writes an update's values whether or not they change anything;
     # only the one-pass write and the change feed tell which updates really act.
-    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None or feed, joined=joined)
+    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None or feed)
     values = [output_value(plan, f.name).alias(f.name) for f in plan.output_fields]
     # Rows an update writes are checked against the constraints (copied rows were checked
     # when they were written).
@@ -236,15 +223,14 @@ def rewritten_rows(
     row = F.col(f"`{plan.ta}`.`{ROW}`").alias(ROW)
     # Without a matched clause there is no cardinality rule: a target row matched by several
     # source rows appears several times in the join but is copied once. A lone unconditional
-    # delete may match one several times too: its feed reports the row deleted once.
-    once = not plan.spec.enforces_cardinality and (not plan.matched or feed)
+    # delete may match one several times too: its feed reports the row deleted once. (A
+    # one-pass write that meets a row twice is thrown away: see OnePass.)
+    once = not plan.spec.enforces_cardinality and (not plan.matched or feed) and one_pass is None
     if one_pass is not None or feed:
         # Only what the write and the observation read goes below the observation (no
         # optimizer rule prunes columns through it); deleted rows leave after it.
         acting_now = [tj.acts("update").alias(_UPD), tj.acts("delete").alias(_DEL)]
-        olds = (
-            [old_value(plan, f.name).alias(_old(i)) for i, f in enumerate(plan.output_fields)] if feed else []
-        )
+        olds = _old_values(plan) if feed else []
         out = tj.rows.select(*values, file, *([row] if once else []), *flags, *acting_now, *olds)
         if one_pass is not None:
             out = one_pass.observe(out)
@@ -257,17 +243,79 @@ def rewritten_rows(
     if once:
         out = out.dropDuplicates([FILE, ROW])
     out = out.drop(FILE, ROW)
-    if not feed:
-        return out
+    return _routed(plan, out) if feed else out
+
+
+def single_task_rows(
+    spark: SparkSession,
+    plan: MergePlan,
+    source: MaterializedSource,
+    touched: list[str],
+    one_pass: OnePass,
+    feed: bool = False,
+) -> DataFrame:
+    """Every row a one-pass merge writes when it joins in a single task
+    (:func:`single_task_join`): the touched files' rows after the merge and the inserts, out
+    of one projection of the one join, observed by ``one_pass``; with ``feed``, with their
+    change rows (see :func:`rewritten_rows`).
+
+    A union of the rewritten rows and the inserts would compute the join (and read the
+    touched files) once for each. Here each joined row is routed by whether it holds a target
+    row: those are rewritten (the matched clauses decide), the source rows that matched
+    nothing are inserted (the not_matched clauses decide), each kind's conditions evaluated
+    only on its own rows. The rows leave in the join's key order, inserts among them.
+    """
+    joined = single_task_join(spark, plan, source, touched, one_pass.candidate_rows)
+    present = F.col(q(plan.ta, FILE)).isNotNull()
+    only = {"matched": present, "not_matched": ~present}
+    rows = decide(plan, joined, ["matched", "not_matched"], acts=True, only=only)
+    inserted = ~present & (clause_index("not_matched") != NO_ACTION)
+    values = [
+        F.when(present, output_value(plan, f.name)).otherwise(new).alias(f.name)
+        for f, new in zip(plan.output_fields, insert_values(plan), strict=True)
+    ]
+    # An update's rows and every insert are checked against the constraints.
+    checked = [(chosen(plan, "matched", "update") | inserted).alias(UPDATED)] if plan.constraints else []
+    flags = [
+        acting(plan, "matched", "update").alias(_UPD),
+        acting(plan, "matched", "delete").alias(_DEL),
+        inserted.alias(_INS),
+    ]
+    file = F.col(q(plan.ta, FILE)).alias(FILE)
+    out = one_pass.observe(rows.select(*values, file, *checked, *flags, *(_old_values(plan) if feed else [])))
+    if plan.constraints:
+        out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
+    present = F.col(FILE).isNotNull()
+    if feed:
+        return _routed(plan, out, present)
+    kept = (present & ~F.col(_DEL)) | F.col(_INS)
+    return out.where(kept).drop(FILE, _UPD, _DEL, _INS)
+
+
+def _old_values(plan: MergePlan) -> list[Column]:
+    """The target row's values before the merge, named for :func:`_routed`."""
+    return [old_value(plan, f.name).alias(_old(i)) for i, f in enumerate(plan.output_fields)]
+
+
+def _routed(plan: MergePlan, rows: DataFrame, present: Column | None = None) -> DataFrame:
+    """``rows`` (output values, the :data:`_UPD`/:data:`_DEL` flags and the old values of
+    :func:`_old_values`) as the rows the write with the change feed writes, each with its
+    output in :data:`KIND`: a deleted row to the feed only, an updated one to the table's
+    files and twice to the feed (pre- and post-image), a copied one to the files only.
+    ``present``: whether a row holds a target row; where it does not, the :data:`_INS` flag
+    says whether it is inserted (to the files and the feed) or dropped."""
     names = [f.name for f in plan.output_fields]
     new = [F.col(q(n)) for n in names]
     old = [F.col(_old(i)).alias(n) for i, n in enumerate(names)]
-    outputs = (
-        F.when(F.col(_DEL), F.array(_output(old, DELETE)))
-        .when(F.col(_UPD), F.array(_output(new, DATA), _output(old, PREIMAGE), _output(new, POSTIMAGE)))
-        .otherwise(F.array(_output(new, DATA)))
+    data = _output(new, DATA)
+    outputs = F.when(F.col(_DEL), F.array(_output(old, DELETE))).when(
+        F.col(_UPD), F.array(data, _output(old, PREIMAGE), _output(new, POSTIMAGE))
     )
-    return out.select(F.explode(outputs).alias("r")).select("r.*")
+    if present is None:
+        outputs = outputs.otherwise(F.array(data))
+    else:  # NULL (no row) for a source row nothing inserts
+        outputs = outputs.when(present, F.array(data)).when(F.col(_INS), F.array(data, _output(new, INSERT)))
+    return rows.select(F.explode(outputs).alias("r")).select("r.*")
 
 
 def feed_rows(rows: DataFrame, kind: str) -> DataFrame:
@@ -297,17 +345,14 @@ def inserted_rows(
     source: MaterializedSource,
     target: DataFrame,
     scan: ScanResult | None,
-    joined: DataFrame | None = None,
 ) -> DataFrame:
     """Source rows that match no target row and that a not_matched clause inserts.
 
     After a scan, the rows are the ones it chose (by source row id), so the target is not
-    read again; a :func:`single_task_join` (``joined``) has them already; an insert-only
-    merge has no scan and finds them with an anti-join.
+    read again; an insert-only merge has no scan and finds them with an anti-join, as does
+    the one-pass write with the source broadcast.
     """
-    if joined is not None:
-        unmatched = _unmatched_source(plan, joined)
-    elif scan is not None and scan.insert_source is not None:
+    if scan is not None and scan.insert_source is not None:
         unmatched = scan.insert_source.alias(plan.sa)
     else:
         # Matched source ids via a join whose build side is the (usually small) source, so
@@ -349,26 +394,24 @@ def write_changes(
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
     touched = [f.path for f in scan.touched] if scan else []
-    joined = None
-    if one_pass is not None and touched and one_pass.single_task:
-        joined = single_task_join(spark, plan, source, touched, one_pass.candidate_rows)
-    if touched:
-        # With the source broadcast, each task reads one touched file (or packs a few small
-        # ones) and writes its replacement: file sizes stay near the table's own. In a single
-        # task the rows come out in key order, cut into files no bigger than the largest one
-        # replaced (rewrite_file_cap).
-        parts.append(
-            rewritten_rows(spark, plan, source, touched, one_pass, joined, feed=feed_dir is not None)
-        )
+    feed = feed_dir is not None
     # The rows inserted, or at most that many.
     expected = 0
     if plan.not_matched:
         expected = scan.inserted if scan is not None and one_pass is None else source.num_rows
-    if plan.not_matched and (scan is None or scan.inserted > 0 or one_pass is not None):
-        inserts = inserted_rows(plan, source, target, scan, joined)
-        if joined is not None:
-            pass  # one task already: one file per partition value
-        elif pcols and expected <= SINGLE_TASK_ROWS.get():
+    single = one_pass is not None and one_pass.single_task and bool(touched)
+    if single:
+        assert one_pass is not None
+        # One task joins, rewrites and inserts: the rows come out in key order, cut into
+        # files no bigger than the largest one replaced (rewrite_file_cap).
+        parts.append(single_task_rows(spark, plan, source, touched, one_pass, feed))
+    elif touched:
+        # With the source broadcast, each task reads one touched file (or packs a few small
+        # ones) and writes its replacement: file sizes stay near the table's own.
+        parts.append(rewritten_rows(spark, plan, source, touched, one_pass, feed))
+    if plan.not_matched and not single and (scan is None or scan.inserted > 0 or one_pass is not None):
+        inserts = inserted_rows(plan, source, target, scan)
+        if pcols and expected <= SINGLE_TASK_ROWS.get():
             # A small insert goes out of one task, which writes one file per partition value
             # without the shuffle (and, with adaptive execution, the job) a repartition costs.
             inserts = inserts.coalesce(1)
