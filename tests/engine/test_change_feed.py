@@ -395,3 +395,27 @@ def test_cdf_rows_come_from_the_data_write_which_reads_the_touched_files_once(sp
         assert scans == {False: expected, True: expected}
     finally:
         SINGLE_TASK_ROWS.reset(token)
+
+
+def test_cdf_write_leaves_the_sessions_concurrent_writers_setting_as_it_found_it(spark, db, t):
+    """The feed's write lets each task keep its outputs open side by side (no sort) only while
+    it runs; a value the session set itself stands."""
+    from dbt.adapters.rowmerge.merge.rewrite import CONCURRENT_WRITERS_CONF
+
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (9, "z")])
+    merge(spark, t, src, UPSERT, **feed(t))
+    assert spark.conf.get(CONCURRENT_WRITERS_CONF) == "0"
+    spark.conf.set(CONCURRENT_WRITERS_CONF, "3")
+    try:
+        src = source_view(spark, f"{db}_s", "id long, v string", [(2, "B")])
+        merge(spark, t, src, UPSERT, **feed(t))
+        assert spark.conf.get(CONCURRENT_WRITERS_CONF) == "3"
+    finally:
+        spark.conf.unset(CONCURRENT_WRITERS_CONF)
+    assert changes(spark, t) == expect(
+        (1, "a", "update_preimage", 1),
+        (1, "A", "update_postimage", 1),
+        (9, "z", "insert", 1),
+        (2, "b", "update_preimage", 2),
+        (2, "B", "update_postimage", 2),
+    )

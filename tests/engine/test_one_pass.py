@@ -220,6 +220,35 @@ def test_single_task_and_broadcast_joins_write_the_same(spark, db, partitioned) 
     assert (counts, removed) == ([2, 2, 2], 4 if partitioned else 2)
 
 
+def test_not_matched_clauses_name_source_columns_unqualified_on_both_joins(spark, db) -> None:
+    """A not_matched clause is resolved against the source alone, so ``v`` and ``id`` there
+    are the source's, although the target has columns of those names: the single-task join,
+    whose rows hold both sides, evaluates them on the source's columns only."""
+    clauses = [
+        {"when": "matched", "condition": "s.op = 'u'", "action": "update", "set": {"v": "s.v"}},
+        {
+            "when": "not_matched",
+            "condition": "op <> 'd' and v is not null",
+            "action": "insert",
+            "values": {"id": "id", "v": "concat(v, '!')"},
+        },
+    ]
+    outcomes = []
+    for limit in (SINGLE_TASK_ROWS.get(), 0):
+        t = f"{db}.t{limit}"
+        create_table(spark, t, "id long, v string", FILES)
+        src = source_view(
+            spark, f"{db}_src", "id long, v string, op string", [(1, "A", "u"), (9, "I", "u"), (10, "J", "d")]
+        )
+        with single_task_rows(limit):
+            m = merge(spark, t, src, clauses, auto_compact=False).metrics
+        assert (m["onePass"], m["onePassSingleTask"]) == (1, int(limit > 0))
+        outcomes.append(rows(spark, t))
+    assert outcomes[0] == outcomes[1]
+    expected = [(1, "A"), (2, "b"), (3, "c"), (4, "d"), (5, "e"), (6, "f"), (7, "g"), (8, "h"), (9, "I!")]
+    assert outcomes[0] == expected
+
+
 def test_single_task_rewrite_keeps_files_no_bigger_and_key_ranges_apart(spark, db) -> None:
     """The rewritten rows come out of one task in key order and are cut at the largest replaced
     file's row count: the files replacing two far-apart ones cover their own ranges again."""
@@ -242,9 +271,9 @@ def test_single_task_rewrite_keeps_files_no_bigger_and_key_ranges_apart(spark, d
 
 
 def test_small_one_pass_upsert_with_the_change_feed_is_three_jobs(spark, db) -> None:
-    """The feed's job joins the candidates with the source in a single task too (no broadcast):
-    the source's job, the data write and the feed write. The feed's job runs in a thread of
-    its own and still counts in the caller's job group (its local properties go with it)."""
+    """The data write joins the candidates with the source in a single task and emits the
+    feed's rows too: the source's job, the data write and the job that stamps the change rows
+    (reading them back, not the candidates)."""
     t = four_files(spark, db)
     src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (4, "D"), (9, "i")])
     feed = {"table": f"{db}.t__changes"}

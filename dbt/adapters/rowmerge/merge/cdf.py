@@ -150,11 +150,11 @@ def stamp_feed(
         .option("basePath", rows_dir)
         .load([f"{rows_dir}/{k}" for k in kinds])
     )
-    files = write_feed_rows(
+    # The change rows stay where they are (the table's new files are staged beside them):
+    # the staging folder goes once the commit is applied.
+    return write_feed_rows(
         rows.withColumnRenamed(KIND, CHANGE_TYPE), plan.output_fields, staging, storage, timestamp
     )
-    storage.delete(rows_dir, recursive=True)
-    return files
 
 
 def write_feed_rows(

@@ -66,7 +66,7 @@ DATA = "data"
 CONCURRENT_WRITERS_CONF = "spark.sql.maxConcurrentOutputFileWriters"
 CONCURRENT_WRITERS = 16
 _writers_lock = threading.Lock()
-_writers_users: dict[int, tuple[int, str]] = {}  # id(session) -> (merges writing, value before)
+_writers_users: dict[int, tuple[int, bool]] = {}  # id(session) -> (merges writing, set by them)
 
 # Inserts into an unpartitioned table go into files of about this many rows.
 ROWS_PER_INSERT_FILE = 1_000_000
@@ -167,8 +167,8 @@ def single_task_join(
 @dataclass
 class OnePass:
     """What the one-pass write observes while it rewrites every candidate file (see
-    :func:`.scan.one_pass_applies`): the rows the join produced, the rows clauses updated and
-    deleted, and the files (``_metadata.file_path``) where some clause acted."""
+    :func:`.scan.one_pass_applies`): the joined rows that hold a target row, the rows clauses
+    updated and deleted, and the files (``_metadata.file_path``) where some clause acted."""
 
     # A name of its own: merges of other tables may run at the same time in this session.
     observation: Observation = field(default_factory=lambda: Observation(f"{PREFIX}one_pass_{uuid4().hex}"))
@@ -208,7 +208,8 @@ def rewritten_rows(
     one_pass: OnePass | None = None,
     feed: bool = False,
 ) -> DataFrame:
-    """All rows of the touched files after the merge (deleted rows dropped); ``one_pass``
+    """All rows of the touched files after the merge (deleted rows dropped, or with ``feed``
+    routed to the feed only); ``one_pass``
     observes the join on the way. With ``feed``, also the change rows of the clauses that
     act, each row with its output in :data:`KIND` (see :func:`feed_rows`)."""
     # The rewrite itself writes an update's values whether or not they change anything;
@@ -267,29 +268,42 @@ def single_task_rows(
     """
     joined = single_task_join(spark, plan, source, touched, one_pass.candidate_rows)
     present = F.col(q(plan.ta, FILE)).isNotNull()
-    only = {"matched": present, "not_matched": ~present}
-    rows = decide(plan, joined, ["matched", "not_matched"], acts=True, only=only)
-    inserted = ~present & (clause_index("not_matched") != NO_ACTION)
-    values = [
-        F.when(present, output_value(plan, f.name)).otherwise(new).alias(f.name)
-        for f, new in zip(plan.output_fields, insert_values(plan), strict=True)
-    ]
-    # An update's rows and every insert are checked against the constraints.
-    checked = [(chosen(plan, "matched", "update") | inserted).alias(UPDATED)] if plan.constraints else []
+    rows = decide(plan, joined, ["matched"], acts=True, only={"matched": present})
+    # The target side first, under names of the engine's own: the not_matched clauses are
+    # resolved against the source alone (an unqualified name may be a target column too), so
+    # they are evaluated on the source's columns beside these.
+    names = [f.name for f in plan.output_fields]
+    rewritten = [output_value(plan, n).alias(_new(i)) for i, n in enumerate(names)]
     flags = [
+        F.col(q(plan.ta, FILE)).alias(FILE),
         acting(plan, "matched", "update").alias(_UPD),
         acting(plan, "matched", "delete").alias(_DEL),
-        inserted.alias(_INS),
+        *([chosen(plan, "matched", "update").alias(UPDATED)] if plan.constraints else []),
+        *(_old_values(plan) if feed else []),
     ]
-    file = F.col(q(plan.ta, FILE)).alias(FILE)
-    out = one_pass.observe(rows.select(*values, file, *checked, *flags, *(_old_values(plan) if feed else [])))
+    sides = rows.select(*rewritten, *flags, f"`{plan.sa}`.*").alias(plan.sa)
+    present = F.col(FILE).isNotNull()
+    sides = decide(plan, sides, ["not_matched"], only={"not_matched": ~present})
+    inserted = ~present & (clause_index("not_matched") != NO_ACTION)
+    values = [
+        F.when(present, F.col(_new(i))).otherwise(new).alias(n)
+        for i, (n, new) in enumerate(zip(names, insert_values(plan), strict=True))
+    ]
+    # An update's rows and every insert are checked against the constraints.
+    checked = [(F.col(UPDATED) | inserted).alias(UPDATED)] if plan.constraints else []
+    olds = [F.col(_old(i)) for i in range(len(names))] if feed else []
+    out = sides.select(*values, F.col(FILE), *checked, F.col(_UPD), F.col(_DEL), inserted.alias(_INS), *olds)
+    out = one_pass.observe(out)
     if plan.constraints:
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
-    present = F.col(FILE).isNotNull()
     if feed:
         return _routed(plan, out, present)
     kept = (present & ~F.col(_DEL)) | F.col(_INS)
     return out.where(kept).drop(FILE, _UPD, _DEL, _INS)
+
+
+def _new(i: int) -> str:
+    return f"{PREFIX}new_{i}"
 
 
 def _old_values(plan: MergePlan) -> list[Column]:
@@ -386,10 +400,11 @@ def write_changes(
 
     Returns the non-empty files written and the row count of every touched file. With
     ``one_pass``, ``scan`` lists the candidate files (no scan ran): they are all rewritten,
-    the inserts are found by an anti-join with ``target`` in the same job, and ``one_pass``
-    observes what the clauses did. With ``feed_dir`` the same job writes the change feed's
-    rows there, one folder per change type (see :func:`feed_rows`; the table's files are
-    moved from there to ``staging``).
+    the inserts are found in the same job (by an anti-join with ``target``, or in a single
+    task from the same join: :func:`single_task_rows`), and ``one_pass``
+    observes what the clauses did. With ``feed_dir`` the same job writes there the table's
+    files and the change feed's rows, each output in a folder of its own (see
+    :func:`feed_rows`), and ``staging`` is not used.
     """
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
@@ -440,9 +455,7 @@ def write_changes(
     else:
         with concurrent_writers(spark):
             writer.save(feed_dir)
-        data = f"{feed_dir}/{KIND}={DATA}"
-        if storage.exists(data):
-            storage.move_folder(data, staging)
+        staging = f"{feed_dir}/{KIND}={DATA}"  # the journal's Staging.routed_data_dir
     fields = indexed_columns(plan.output_fields, pcols)
     return staged_files(fmt, staging, storage, removed, fields, counts)
 
@@ -450,29 +463,39 @@ def write_changes(
 @contextmanager
 def concurrent_writers(spark: SparkSession) -> Iterator[None]:
     """Plan the writes in the block with :data:`CONCURRENT_WRITERS` open files per task,
-    unless the session already allows some (its own setting stands).
+    unless the session allows some already (its own setting stands).
 
-    The setting is the session's: it is set when the first merge of the session enters and
-    put back when the last one leaves, so merges running side by side in threads do not
-    restore it under each other.
+    The setting is the session's, so other queries of the session planned meanwhile (other
+    dbt threads' models) get it too: their partitioned writes then keep a few files open per
+    task instead of sorting, at the memory of those open files. It is set when the first
+    merge of the session enters and taken away when the last one leaves, so merges side by
+    side in threads do not take it away under each other. A session that refuses the setting
+    writes as before (each task sorted by the outputs' folders).
     """
     key = id(spark)
     with _writers_lock:
-        users, before = _writers_users.get(key, (0, ""))
+        users, mine = _writers_users.get(key, (0, False))
         if users == 0:
-            before = str(spark.conf.get(CONCURRENT_WRITERS_CONF, "0") or "0")
-            if before.strip() in ("", "0"):
-                spark.conf.set(CONCURRENT_WRITERS_CONF, str(CONCURRENT_WRITERS))
-        _writers_users[key] = (users + 1, before)
+            mine = False
+            try:
+                if str(spark.conf.get(CONCURRENT_WRITERS_CONF, "0") or "0").strip() == "0":
+                    spark.conf.set(CONCURRENT_WRITERS_CONF, str(CONCURRENT_WRITERS))
+                    mine = True
+            except Exception:  # noqa: BLE001 - not allowed here: the write sorts, as before
+                mine = False
+        _writers_users[key] = (users + 1, mine)
     try:
         yield
     finally:
         with _writers_lock:
-            users, before = _writers_users.pop(key)
+            users, mine = _writers_users.pop(key)
             if users > 1:
-                _writers_users[key] = (users - 1, before)
-            elif before.strip() in ("", "0"):
-                spark.conf.set(CONCURRENT_WRITERS_CONF, before or "0")
+                _writers_users[key] = (users - 1, mine)
+            elif mine:
+                try:
+                    spark.conf.unset(CONCURRENT_WRITERS_CONF)  # back to Spark's default (0)
+                except Exception:  # noqa: BLE001 - never hide the write's own outcome
+                    pass
 
 
 def rewrite_file_cap(touched_rows: Mapping[str, int], new_rows: int) -> int:

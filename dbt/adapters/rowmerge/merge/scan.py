@@ -110,8 +110,8 @@ def one_pass_applies(
     cardinality. When statistics already narrowed the candidates to files the source's keys
     fall in, they are usually exactly the touched files, and a separate scan only adds jobs:
     the one-pass write (:func:`.rewrite.write_changes` with a :class:`.rewrite.OnePass`)
-    rewrites every candidate, observes which files a clause acted on and how many rows the
-    join produced, and is kept only if every candidate was acted on and no target row met two
+    rewrites every candidate, observes which files a clause acted on and how many joined rows
+    hold a target row, and is kept only if every candidate was acted on and no target row met two
     source rows (otherwise the merge falls back to the scan, with the same result). It needs
     a matched clause (insert-only merges scan nothing anyway), no NOT MATCHED BY SOURCE clause
     (it needs every file, most of them untouched), no ``max_delete_fraction`` (checked before

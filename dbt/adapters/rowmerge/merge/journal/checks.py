@@ -103,7 +103,7 @@ class Checks(Snapshots):
             return out
         if entry.read_version != entry.version - 1:
             out.append(f"was planned on version {entry.read_version}, not {entry.version - 1}")
-        data_staging = self.staging(entry.txn).data_dir
+        data_staging = self.staging(entry.txn).data_dirs
         parts = [c.lower() for c in partition_columns]
         for i, f in enumerate(entry.added):
             rel = inside(f.path, self.location)
@@ -114,8 +114,8 @@ class Checks(Snapshots):
                 continue
             if entry.operation == "RESTORE":
                 out += self._restore_problems(entry, i, f.staged, rel)
-            elif f.staged is None or inside(f.staged, data_staging) != rel:
-                out.append(f"stages added[{i}] at {f.staged}, not at {data_staging}/{rel}")
+            elif f.staged is None or all(inside(f.staged, d) != rel for d in data_staging):
+                out.append(f"stages added[{i}] at {f.staged}, not at {data_staging[0]}/{rel}")
             out += layout_problems(f"added[{i}]", rel, parts)
         for i, f in enumerate(entry.removed):
             if inside(f.path, self.location) is None:

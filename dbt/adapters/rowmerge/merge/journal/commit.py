@@ -23,7 +23,6 @@ from .layout import (
     MAX_VERSION,
     VERSION_DIGITS,
     Staging,
-    below,
     iso,
     new_txn,
     parse_iso,
@@ -131,7 +130,7 @@ class Writer(Checks):
         """
         files = tuple(
             FileEntry(
-                f"{self.location}/{below(f.path, staging.data_dir)}",
+                f"{self.location}/{staging.data_path(f.path)}",
                 f.size,
                 f.rows,
                 staged=f.path,

@@ -25,6 +25,8 @@ RETAINED_DIR = "retained"  # files replaced by a version, kept while retention l
 DATA_DIR = "data"
 CDF_DIR = "cdf"
 FEED_ROWS_DIR = "rows"
+# The data write's folder for the table's files among its outputs (rewrite.KIND = rewrite.DATA).
+ROUTED_DATA = "__rowmerge_kind=data"
 ENTRY_SUFFIX = ".json"
 APPLIED_SUFFIX = ".applied"
 CHECKPOINT_SUFFIX = ".stats.json"  # a statistics checkpoint (checkpoint.py)
@@ -82,9 +84,29 @@ class Staging:
 
     @property
     def feed_rows_dir(self) -> str:
-        """Where the data write puts the change feed's rows, before they are stamped into
-        :attr:`cdf_dir` (and the table's new files, before they move to :attr:`data_dir`)."""
+        """Where a data write that also emits the change feed's rows puts each output, in a
+        folder of its own: the change rows wait there to be stamped into :attr:`cdf_dir`, the
+        table's new files stay there (:attr:`routed_data_dir`)."""
         return f"{self.dir}/{FEED_ROWS_DIR}"
+
+    @property
+    def routed_data_dir(self) -> str:
+        """The table's new files of a data write that also emitted the feed's rows, in the
+        table's partition layout: staged there instead of :attr:`data_dir` (no move, which on
+        an object store is a copy of every file)."""
+        return f"{self.feed_rows_dir}/{ROUTED_DATA}"
+
+    @property
+    def data_dirs(self) -> tuple[str, str]:
+        """The folders the table's new files may be staged in."""
+        return (self.data_dir, self.routed_data_dir)
+
+    def data_path(self, staged: str) -> str:
+        """A staged data file's path relative to the folder of :attr:`data_dirs` it is in."""
+        for folder in self.data_dirs:
+            if staged.startswith(folder.rstrip("/") + "/"):
+                return below(staged, folder)
+        raise ValueError(f"{staged} is not a staged data file of {self.dir}")
 
     @property
     def cdf_dir(self) -> str:
