@@ -368,8 +368,9 @@ def test_cdf_rows_come_from_the_data_write_which_reads_the_touched_files_once(sp
     on scans the target's files exactly as often as the same merge without it, and no other
     job reads them: once in a single task (rewritten rows and inserts come out of one join),
     twice with the source broadcast (the second, key columns only, for the ids of the source
-    rows that matched, which the inserts leave out)."""
-    from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
+    rows that matched, which the inserts leave out). The feed's write lets each task keep its
+    outputs open side by side (no sort) only while it runs; a value the session set stands."""
+    from dbt.adapters.rowmerge.merge.rewrite import CONCURRENT_WRITERS_CONF, SINGLE_TASK_ROWS
 
     token = SINGLE_TASK_ROWS.set(SINGLE_TASK_ROWS.get() if single_task else 0)
     try:
@@ -380,7 +381,14 @@ def test_cdf_rows_come_from_the_data_write_which_reads_the_touched_files_once(sp
             src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (2, "b"), (4, "D"), (9, "z")])
             extra = feed(t) if with_feed else {}
             run = lambda t=t, src=src, extra=extra: merge(spark, t, src, UPSERT, **extra)  # noqa: E731
-            result, scans[with_feed] = target_scans(spark, table_dir(spark, t), run)
+            own = with_feed and not single_task  # the session's own setting stands
+            if own:
+                spark.conf.set(CONCURRENT_WRITERS_CONF, "3")
+            try:
+                result, scans[with_feed] = target_scans(spark, table_dir(spark, t), run)
+                assert spark.conf.get(CONCURRENT_WRITERS_CONF) == ("3" if own else "0")
+            finally:
+                spark.conf.unset(CONCURRENT_WRITERS_CONF)
             assert result.metrics["onePass"] == 1
             assert result.metrics["onePassSingleTask"] == int(single_task)
             assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c"), (4, "D"), (9, "z")]
@@ -396,26 +404,3 @@ def test_cdf_rows_come_from_the_data_write_which_reads_the_touched_files_once(sp
     finally:
         SINGLE_TASK_ROWS.reset(token)
 
-
-def test_cdf_write_leaves_the_sessions_concurrent_writers_setting_as_it_found_it(spark, db, t):
-    """The feed's write lets each task keep its outputs open side by side (no sort) only while
-    it runs; a value the session set itself stands."""
-    from dbt.adapters.rowmerge.merge.rewrite import CONCURRENT_WRITERS_CONF
-
-    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (9, "z")])
-    merge(spark, t, src, UPSERT, **feed(t))
-    assert spark.conf.get(CONCURRENT_WRITERS_CONF) == "0"
-    spark.conf.set(CONCURRENT_WRITERS_CONF, "3")
-    try:
-        src = source_view(spark, f"{db}_s", "id long, v string", [(2, "B")])
-        merge(spark, t, src, UPSERT, **feed(t))
-        assert spark.conf.get(CONCURRENT_WRITERS_CONF) == "3"
-    finally:
-        spark.conf.unset(CONCURRENT_WRITERS_CONF)
-    assert changes(spark, t) == expect(
-        (1, "a", "update_preimage", 1),
-        (1, "A", "update_postimage", 1),
-        (9, "z", "insert", 1),
-        (2, "b", "update_preimage", 2),
-        (2, "B", "update_postimage", 2),
-    )
