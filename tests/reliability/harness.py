@@ -413,10 +413,11 @@ REPEATED = (
 
 
 # A merge followed by its compaction (test_fault_compaction), sampled: of the merge's own steps
-# only the last before its commit point, the commit point, its last move and its last step (the
-# hand-over to the compaction); the cdc and upsert campaigns crash after every kind of merge
-# step on each `make test`, and the compaction's own steps are all kept.
-MERGE_STEPS_BEFORE_COMPACTION = ("staged_cdf", "entry", "applied")
+# its last move (the only shape of `make test` whose merge moves files into a partition folder
+# it creates, not yet registered) and its last step (the hand-over to the compaction: applied,
+# compaction not yet staged). The cdc and upsert campaigns crash after every kind of merge step
+# on each `make test`; the compaction's own steps are all kept.
+MERGE_STEPS_BEFORE_COMPACTION = ("applied",)
 
 
 def crash_steps(steps: list[str], compaction: bool = False) -> list[str]:

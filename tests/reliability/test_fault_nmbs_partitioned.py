@@ -6,7 +6,9 @@ commit protocol in turn (ROWMERGE_FAULT_AFTER); after recovery every reader sees
 the pre-merge state (death before the commit point) or exactly the post-merge state.
 
 `make test-long` only: in `make test`, test_fault_compaction.py runs this same merge on this
-same shape (followed by its compaction) and kills a victim after each of these steps too.
+same shape (followed by its compaction) and kills a victim after its last move (the new
+partition's files in place, not yet registered) and after its last step; the cdc and upsert
+shapes are killed after every kind of step.
 """
 
 from tests.reliability.harness import fault_injection_test
