@@ -38,7 +38,7 @@ demo: $(RUN_STAMP) $(if $(CONNECT),$(CONNECT_STAMP))
 # Every test but the `long` ones: lint, unit, engine, dbt functional, the integration project
 # (locally and on a standalone cluster) and the Connect checks.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20 -m "not long" tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=40 -m "not long" tests
 
 # Every test, with the reliability campaigns whole (tests/reliability/harness.py, LONG_ENV): a
 # crash after every step of the commit protocol and 20 kill trials, where `make test` crashes

@@ -5,8 +5,9 @@ OPTIMIZE version (``optimize_every: 1``, so it compacts); a crash before the mer
 the pre-merge state, any later crash (the compaction's steps included) the post-merge state,
 with the compaction finished by recovery once its entry exists. The shape is partitioned, so
 the compaction moves and deletes files in several partitions. `make test` crashes after the
-merge's last move and its hand-over step (applied, compaction not yet staged) and every kind of compaction step (harness.crash_steps); the merge's
-other steps are crashed after in `make test-long` (and on other shapes in every `make test`).
+merge's last move and its hand-over step (applied, compaction not yet staged) and after every
+kind of compaction step (harness.crash_steps); the merge's other steps are crashed after in
+`make test-long` (and on other shapes in every `make test`).
 """
 
 from tests.reliability.harness import fault_injection_test

@@ -66,6 +66,8 @@ class ChangesTable:
     name: str  # as the spec gave it
     ident: str  # back-quoted
     location: str  # qualified
+    # its columns as the catalog had them under the merge's lock (what schema evolution adds to)
+    columns: tuple[str, ...] = ()
 
 
 def prepare_changes_table(spark: SparkSession, plan: MergePlan, storage: Storage) -> ChangesTable:
@@ -126,7 +128,7 @@ def prepare_feed_table(
             f"folder {target_location}: each table would read the other's files. Name another "
             "table in change_data_feed."
         )
-    return ChangesTable(name, ident, location)
+    return ChangesTable(name, ident, location, described.columns)
 
 
 def stamp_feed(

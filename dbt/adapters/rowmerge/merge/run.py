@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -244,7 +244,7 @@ def _prepare(
         upkeep.retain_versions, upkeep.retain_hours, stored, upkeep.feed_retain_versions
     )
     raw_source = read_source(spark, parsed.source)
-    plan = build_plan(parsed, target, raw_source, target.read(spark), commit_time)
+    plan = build_plan(parsed, target, raw_source, target.loaded(spark), commit_time)
     feed = parsed.change_data_feed and not dry
     changes = prepare_changes_table(spark, plan, journal.storage) if feed else None
     if changes is not None:
@@ -576,7 +576,7 @@ def _write_one_pass(
 
 def _table_rows(spark: SparkSession, plan: MergePlan) -> int:
     """Rows of the target now (one job; Parquet and ORC answer a count from file metadata)."""
-    return plan.target.read(spark).count()
+    return plan.target.loaded(spark).count()
 
 
 def _record_counts(
@@ -632,15 +632,21 @@ def _add_evolved_columns(spark: SparkSession, plan: MergePlan, changes: ChangesT
     format), and a refusal here fails the merge instead of every replay after the commit.
     """
     if changes is not None:
+        # The change table's columns were read under the lock when the merge prepared it.
         feed = column_ddl(feed_schema(plan.output_fields).fields)
-        _add_columns_or_fail(spark, plan, changes.ident, changes.name, feed)
+        _add_columns_or_fail(spark, plan, changes.ident, changes.name, feed, changes.columns)
     _add_columns_or_fail(spark, plan, plan.target.ident, plan.target.name, column_ddl(plan.new_fields))
 
 
 def _add_columns_or_fail(
-    spark: SparkSession, plan: MergePlan, ident: str, name: str, columns: list[tuple[str, str]]
+    spark: SparkSession,
+    plan: MergePlan,
+    ident: str,
+    name: str,
+    columns: list[tuple[str, str]],
+    known: Sequence[str] | None = None,
 ) -> None:
-    columns = missing_columns(spark, ident, columns)
+    columns = missing_columns(spark, ident, columns, known)
     try:
         alter_add_columns(spark, ident, columns)
     except Exception as exc:

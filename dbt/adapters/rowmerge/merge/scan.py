@@ -47,7 +47,7 @@ MAX_CARDINALITY_SAMPLES = 5
 def target_frame(spark: SparkSession, plan: MergePlan) -> DataFrame:
     """The target table with file path, row position and size of every row."""
     row = F.col("_metadata.row_index") if plan.target.supports_row_index else F.monotonically_increasing_id()
-    return plan.target.read(spark).select(
+    return plan.target.loaded(spark).select(
         "*",
         F.col("_metadata.file_path").alias(FILE),
         row.alias(ROW),

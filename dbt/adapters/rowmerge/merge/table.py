@@ -10,8 +10,9 @@ parsing the human-readable layout, in which a column may be named like a section
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -21,6 +22,7 @@ from pyspark.sql.utils import AnalysisException
 
 from . import calls
 from .errors import UnsupportedTableError, spark_reason
+from .lean_columns import jvm_class
 from .sqltext import display_name, name_key, parse_name, quote, quote_name, sql_string, sql_type
 from .storage import is_connect
 
@@ -81,6 +83,9 @@ class TargetTable:
     partition_columns: tuple[str, ...]
     # catalog, database(s), table: the catalog's own full name, whatever name the caller used
     full_name: tuple[str, ...] = ()
+    # The table as load_target read it (under the writer's lock): the merge reads its rows
+    # from this one frame, each read by name being a catalog request (see :meth:`loaded`).
+    frame: DataFrame | None = field(default=None, compare=False, repr=False)
 
     @property
     def name_parts(self) -> tuple[str, ...]:
@@ -112,7 +117,15 @@ class TargetTable:
         return self.file_format == "parquet"
 
     def read(self, spark: SparkSession) -> DataFrame:
+        """The table as it is now (resolved by name: a catalog request)."""
         return read_table(spark, self.ident)
+
+    def loaded(self, spark: SparkSession) -> DataFrame:
+        """The table as :func:`load_target` read it, for the reads of one merge before its
+        commit: each read by name would ask the metastore for the table again (a Hive
+        metastore request each). Never after the commit: the frame's listing of the files is
+        the one from before it (the compaction that follows a merge reads :meth:`read`)."""
+        return self.frame if self.frame is not None else self.read(spark)
 
 
 @dataclass(frozen=True)
@@ -158,15 +171,16 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
     # The session caches a table's relation (with its schema) once read; another session
     # may have added columns since. Read the catalog's schema, not the cached one.
     refresh_table(spark, ident)
-    schema = read_table(spark, ident).schema
+    frame = read_table(spark, ident)
     return TargetTable(
         name=name,
         ident=ident,
         location=described.location.rstrip("/"),
         file_format=file_format,
-        schema=schema,
+        schema=frame.schema,
         partition_columns=described.partition_columns,
         full_name=described.full_name,
+        frame=frame,
     )
 
 
@@ -231,12 +245,17 @@ def _checked(spark: SparkSession, name: str) -> tuple[str, Description, str]:
 
 
 def missing_columns(
-    spark: SparkSession, ident: str, columns: Sequence[tuple[str, str]]
+    spark: SparkSession,
+    ident: str,
+    columns: Sequence[tuple[str, str]],
+    known: Sequence[str] | None = None,
 ) -> list[tuple[str, str]]:
-    """The columns of ``columns`` (name, type DDL) that the table ``ident`` does not have."""
+    """The columns of ``columns`` (name, type DDL) that the table ``ident`` does not have;
+    ``known``: its columns as the caller just read them under the table's lock (else the
+    catalog is asked)."""
     if not columns:
         return []
-    existing = {c.lower() for c in describe_table(spark, ident).columns}
+    existing = {c.lower() for c in (known if known is not None else describe_table(spark, ident).columns)}
     return [(name, ddl) for name, ddl in columns if name.lower() not in existing]
 
 
@@ -320,10 +339,84 @@ def register_partitions(spark: SparkSession, ident: str, partitions: list[str]) 
     if any(HIVE_DEFAULT_PARTITION in p for p in partitions):
         catalog_sql(spark, f"ALTER TABLE {ident} RECOVER PARTITIONS")
         return
-    specs = []
-    for rel in partitions:
-        kvs = partition_values(rel)
-        specs.append("PARTITION (" + ", ".join(f"{quote(k)} = {sql_string(v)}" for k, v in kvs) + ")")
+    values = [partition_values(rel) for rel in partitions]
+    if _add_in_catalog(spark, ident, values):
+        return
+    specs = [
+        "PARTITION (" + ", ".join(f"{quote(k)} = {sql_string(v)}" for k, v in kvs) + ")" for kvs in values
+    ]
     # One statement per batch keeps the metastore round trips low.
     for i in range(0, len(specs), 100):
         catalog_sql(spark, f"ALTER TABLE {ident} ADD IF NOT EXISTS {' '.join(specs[i : i + 100])}")
+
+
+# The session catalog's own name, the one catalog whose tables the external catalog holds.
+SESSION_CATALOG = "spark_catalog"
+
+
+def _add_in_catalog(spark: SparkSession, ident: str, values: list[list[tuple[str, str]]]) -> bool:
+    """Add partitions (``values``: each one's folder names and values) through the session's
+    external catalog, as ``ALTER TABLE ... ADD IF NOT EXISTS PARTITION`` does at its core; True
+    if added (or already there).
+
+    The statement wraps that one request in SQL analysis, two more reads of the table's
+    metadata and a refresh of the session's relation of the table: 169 ms against 70 ms for
+    one partition with Derby's metastore (measured on 2 busy cores), paid by every merge with
+    a change feed (a partition per version) and every merge into a new partition. A new
+    partition's folder is in no listing the session holds, so nothing needs refreshing; the
+    apply refreshes the target anyway. Each partition takes the table's storage format with
+    its own default location, the folder its files were moved into (the folder names are the
+    ones the write made: the values are not cast and re-printed on the way).
+
+    False where this path does not apply, and then the caller runs the statement: Spark
+    Connect (no JVM here), a table outside the session catalog, folder names that are not
+    exactly the table's partition columns, or a Spark whose catalog classes differ.
+    """
+    if is_connect(spark):
+        return False
+    try:
+        parts = parse_name(ident)
+    except ValueError:
+        return False
+    if len(parts) == 3 and parts[0].lower() == SESSION_CATALOG:
+        parts = parts[1:]
+    if len(parts) != 2:
+        return False
+    database, name = parts
+    try:
+        jvm = spark.sparkContext._jvm
+        external = spark._jsparkSession.sharedState().externalCatalog()
+        calls.catalog_call()
+        table = external.getTable(database, name)
+        columns = {str(c).lower(): str(c) for c in _scala_list(table.partitionColumnNames())}
+        specs = []
+        for kvs in values:
+            spec = {columns.get(k.lower(), ""): v for k, v in kvs}
+            if len(spec) != len(columns) or "" in spec:
+                return False
+            specs.append(spec)
+        storage = table.storage()
+        # The table's format, serde and properties, no location: the catalog gives each
+        # partition its default folder under the table's.
+        empty = jvm_class(jvm, "scala.Option").empty()
+        storage = storage.copy(empty, *[storage.productElement(i) for i in range(1, storage.productArity())])
+        utils = jvm_class(jvm, "org.apache.spark.api.python.PythonUtils")
+        partition = jvm_class(jvm, "org.apache.spark.sql.catalyst.catalog.CatalogTablePartition")
+        now = int(time.time() * 1000)
+        added = [
+            partition(utils.toScalaMap(spec), storage, utils.toScalaMap({}), now, -1, empty) for spec in specs
+        ]
+        calls.catalog_call()
+        external.createPartitions(database, name, utils.toSeq(added), True)
+    except Exception:  # noqa: BLE001 - the statement (idempotent) then runs and says what is wrong
+        return False
+    return True
+
+
+def _scala_list(seq: Any) -> list[Any]:
+    """A Scala Seq's elements."""
+    it = seq.iterator()
+    out = []
+    while it.hasNext():
+        out.append(it.next())
+    return out

@@ -116,9 +116,9 @@ class Journal(Writer):
         faults.fault_point(f"{steps}applied")
         if entry.txn:
             self.discard(self.staging(entry.txn))
+        # The change table needs no refresh: its version's partition is new, so no listing the
+        # session holds can miss the files in it (register_partitions).
         refresh_table(spark, target.ident)
-        if feed_ident:
-            refresh_table(spark, feed_ident)
 
     def _fold(self, entry: Entry, steps: str) -> None:
         """Delete what the base ``entry`` commits stands for: the entries it folds first (once
