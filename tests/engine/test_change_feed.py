@@ -404,3 +404,19 @@ def test_cdf_rows_come_from_the_data_write_which_reads_the_touched_files_once(sp
     finally:
         SINGLE_TASK_ROWS.reset(token)
 
+
+
+def test_a_session_that_read_the_change_table_sees_each_new_version_without_a_refresh(spark, db, t):
+    """A commit adds its version as a new partition and does not refresh the change table
+    (register_partitions): a reader that listed the table before, in this session, still sees
+    the new version's rows, as a long-running session (a Thrift server, a notebook) would."""
+    merge(spark, t, source_view(spark, f"{db}_s1", "id long, v string", [(1, "x")]), [UPDATE_ALL], **feed(t))
+    before = spark.table(f"{t}__changes")
+    assert sorted((r[0], r[2]) for r in before.select("id", "v", "_change_type").collect()) == [
+        (1, "update_postimage"),
+        (1, "update_preimage"),
+    ]
+    merge(spark, t, source_view(spark, f"{db}_s2", "id long, v string", [(5, "e")]), UPSERT, **feed(t))
+    for frame in (before, spark.table(f"{t}__changes")):
+        got = sorted(tuple(r) for r in frame.select("id", "_change_type", "_commit_version").collect())
+        assert got == [(1, "update_postimage", 1), (1, "update_preimage", 1), (5, "insert", 2)]
