@@ -405,7 +405,6 @@ def test_cdf_rows_come_from_the_data_write_which_reads_the_touched_files_once(sp
         SINGLE_TASK_ROWS.reset(token)
 
 
-
 def test_a_session_that_read_the_change_table_sees_each_new_version_without_a_refresh(spark, db, t):
     """A commit adds its version as a new partition and does not refresh the change table
     (register_partitions): a reader that listed the table before, in this session, still sees

@@ -23,7 +23,17 @@ from pyspark.sql.utils import AnalysisException
 from . import calls
 from .errors import UnsupportedTableError, spark_reason
 from .lean_columns import jvm_class
-from .sqltext import display_name, name_key, parse_name, quote, quote_name, sql_string, sql_type
+from .sqltext import (
+    DEFAULT_CATALOG,
+    MAX_NAME_PARTS,
+    display_name,
+    name_key,
+    parse_name,
+    quote,
+    quote_name,
+    sql_string,
+    sql_type,
+)
 from .storage import is_connect
 
 SUPPORTED_FORMATS = ("parquet", "orc")
@@ -350,10 +360,6 @@ def register_partitions(spark: SparkSession, ident: str, partitions: list[str]) 
         catalog_sql(spark, f"ALTER TABLE {ident} ADD IF NOT EXISTS {' '.join(specs[i : i + 100])}")
 
 
-# The session catalog's own name, the one catalog whose tables the external catalog holds.
-SESSION_CATALOG = "spark_catalog"
-
-
 def _add_in_catalog(spark: SparkSession, ident: str, values: list[list[tuple[str, str]]]) -> bool:
     """Add partitions (``values``: each one's folder names and values) through the session's
     external catalog, as ``ALTER TABLE ... ADD IF NOT EXISTS PARTITION`` does at its core; True
@@ -378,7 +384,8 @@ def _add_in_catalog(spark: SparkSession, ident: str, values: list[list[tuple[str
         parts = parse_name(ident)
     except ValueError:
         return False
-    if len(parts) == 3 and parts[0].lower() == SESSION_CATALOG:
+    # the session catalog's tables are the external catalog's
+    if len(parts) == MAX_NAME_PARTS and parts[0].lower() == DEFAULT_CATALOG:
         parts = parts[1:]
     if len(parts) != 2:
         return False
