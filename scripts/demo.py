@@ -5,8 +5,9 @@
 Wipes the work directory (default ``integration_project/target``), then for batch 0 (the
 first run: seeds loaded, every table created), 1 and 2 (row-level merges) runs
 ``dbt build --vars '{batch: N}'`` (seeds only in batch 0: they hold every batch), which runs
-each model and then the project's tests of it, streaming dbt's output; finally
-``dbt run-operation rowmerge_history`` for orders_cdc. Every dbt invocation pays Spark's
+each model and then the project's tests of it, streaming dbt's output; then one
+``dbt build --empty`` of the merge models and the snapshot (which must skip every merge);
+finally ``dbt run-operation rowmerge_history`` for orders_cdc. Every dbt invocation pays Spark's
 start-up once; ``--in-process`` runs them all through dbt's Python API in this process
 instead, so Spark starts once (the tests on a cluster and through Connect use it).
 
@@ -253,24 +254,18 @@ def run_batches(args: argparse.Namespace, work_dir: Path, env: dict[str, str]) -
                 break
 
     if summary["ok"]:
-        # `dbt run --empty` reads no rows: every merge model must be skipped, table unchanged
-        # (the history below still ends at the last batch's version).
+        # `dbt build --empty` reads no rows: every merge model and the snapshot (with no rows
+        # every customer would look deleted) must be skipped, tables unchanged (the history
+        # below still ends at the last batch's version). One command, as a user would run it.
         print("\n##### --empty run (changes nothing) #####", flush=True)
         last = f"{{batch: {batches[-1]}}}"
-        # Only the merge models: a `table` model inheriting the project-wide strategy would be
-        # rebuilt empty.
+        # Only the merge models and the snapshot: a `table` model inheriting the project-wide
+        # strategy would be rebuilt empty, and tests of empty tables say nothing.
         merges = "config.materialized:incremental,config.incremental_strategy:row_level_merge"
-        models: list[dict[str, Any]] = []
-        rc = 0
-        # ... and the snapshot: with no rows every customer would look deleted.
-        for cmd in (
-            ["run", "--empty", "--vars", last, "--select", merges],
-            ["snapshot", "--empty", "--vars", last],
-        ):
-            rc = rc or run_dbt(dbt, cmd, work_dir, env)
-            results_path = work_dir / "run_results.json"
-            if results_path.exists():
-                models += model_results(json.loads(results_path.read_text()))
+        cmd = ["build", "--empty", "--vars", last, "--select", merges, "resource_type:snapshot"]
+        rc = run_dbt(dbt, [*cmd, "--resource-type", "model", "--resource-type", "snapshot"], work_dir, env)
+        results_path = work_dir / "run_results.json"
+        models = model_results(json.loads(results_path.read_text())) if results_path.exists() else []
         summary["empty_run"] = {"exit_code": rc, "models": sorted(models, key=lambda row: row["model"])}
         summary["ok"] = rc == 0
 

@@ -198,8 +198,8 @@ def test_snapshot_runs_through_the_engine(
 
 @pytest.mark.slow
 def test_empty_run_skips_every_merge(demo: tuple[subprocess.CompletedProcess[str], Path]) -> None:
-    """`dbt run --empty` and `dbt snapshot --empty` after the last batch: every merge model and
-    the snapshot are skipped, nothing changes
+    """`dbt build --empty` of the merge models and the snapshot after the last batch: every one
+    is skipped, nothing changes
     (test_history_of_the_change_feed_model sees no version after batch 2's)."""
     proc, work_dir = demo
     assert proc.returncode == 0, proc.stdout[-20000:]
