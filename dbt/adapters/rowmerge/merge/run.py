@@ -89,6 +89,7 @@ from .storage import FileInfo, Storage, storage_for
 from .table import (
     TargetTable,
     alter_add_columns,
+    catalog_columns,
     column_ddl,
     create_changes_table,
     describe_table,
@@ -613,9 +614,8 @@ def _record_counts(
 
 def _check_columns_unchanged(spark: SparkSession, plan: MergePlan) -> None:
     """Abort if the table gained a column while the merge ran: its rewrite would drop it."""
-    now = describe_table(spark, plan.target.ident)
     written = {f.name.lower() for f in plan.output_fields}
-    added = [c for c in now.columns if c.lower() not in written]
+    added = [c for c in catalog_columns(spark, plan.target) if c.lower() not in written]
     if added:
         raise ConcurrentMergeError(
             f"MERGE into {plan.target.name} aborted: column(s) {', '.join(added)} were added to the "
