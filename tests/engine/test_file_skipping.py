@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 )
 
 from dbt.adapters.rowmerge.merge import history
-from dbt.adapters.rowmerge.merge.filestats import KeyRanges, candidate_ids
+from dbt.adapters.rowmerge.merge.filestats import TREE_RANGES, KeyRanges, candidate_ids, layer_hits
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -246,6 +246,23 @@ def test_candidate_ids_find_exactly_the_files_whose_range_holds_each_key(spark, 
         holding = [f for layer in (layer0, layer1) for f in layer if p is not None and f[0] <= p <= f[1]]
         expected = sorted(fid for _, _, fid in holding)
         assert got[p] == expected, p
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, TREE_RANGES, TREE_RANGES + 1])
+def test_layer_search_by_tree_and_by_binary_search_find_the_same_files(spark, n) -> None:
+    """A layer of up to TREE_RANGES ranges is searched by a tree of IF expressions, a larger one
+    by the binary search: either way every key on a bound, inside, in a gap between two ranges
+    and beyond both ends finds exactly the range holding it (ranges [10i, 10i+5], gaps between)."""
+    layer = tuple((i * 10, i * 10 + 5, 100 + i) for i in range(n))
+    ranges = KeyRanges("k", LongType(), (layer,), frozenset())
+    (hit,) = layer_hits("k", ranges)
+    assert ("transform" in str(hit)) == (n > TREE_RANGES), str(hit)[:200]
+    probes = sorted({p for i in range(n) for p in (i * 10 - 1, i * 10, i * 10 + 3, i * 10 + 5, i * 10 + 6)})
+    df = spark.createDataFrame([(p,) for p in [*probes, n * 10 + 100, None]], "k long")
+    got = {r["k"]: r["hit"] for r in df.select("k", hit.alias("hit")).collect()}
+    for p, fid in got.items():
+        holding = [f for low, high, f in layer if p is not None and low <= p <= high]
+        assert fid == (holding[0] if holding else None), (p, fid)
 
 
 def test_candidate_ids_plan_quickly_for_thousands_of_files(spark) -> None:

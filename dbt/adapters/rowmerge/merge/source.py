@@ -30,7 +30,7 @@ from pyspark.sql.types import (
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError, spark_reason
-from .filestats import KeyRanges, candidate_ids
+from .filestats import KeyRanges, layer_hits
 from .lean_columns import jvm_class
 from .outputs import PREFIX, SRC_ID, SRC_PRESENT
 from .plan import MergePlan
@@ -51,7 +51,7 @@ class MaterializedSource:
     key_stats: dict[str, dict[str, Any]] = field(default_factory=dict)  # target col -> stats
     broadcastable: bool = False  # small enough to ship to every task instead of shuffling
     # Per (KeyRanges, source expression) handed to materialize: the ids of the files some
-    # source row's key falls in (see filestats.candidate_ids).
+    # source row's key falls in (see filestats.layer_hits).
     file_hits: list[list[int]] = field(default_factory=list)
     # Rows with a NULL in some `=` key of `on`: they can match no target row (see guards).
     null_key_rows: int = 0
@@ -178,8 +178,14 @@ def materialize(
         if tcol.lower() in partition_cols:
             distinct = F.collect_set(encode(value, dtype))
             aggs.append(F.slice(distinct, 1, MAX_IN_LIST_VALUES + 1).alias(f"set{i}"))
+    # Per key column (j) and layer of its files' ranges (k): the files some source key falls in.
+    hit_columns: list[list[str]] = []
     for j, (kr, sexpr) in enumerate(ranges):
-        aggs.append(F.flatten(F.collect_set(candidate_ids(sexpr, kr))).alias(f"files{j}"))
+        hit_columns.append([f"files{j}_{k}" for k in range(len(kr.layers))])
+        aggs += [
+            F.collect_set(hit).alias(name)
+            for hit, name in zip(layer_hits(sexpr, kr), hit_columns[j], strict=True)
+        ]
     if is_connect(spark):
         # Lazy: the statistics job below is the first to compute it, and checkpoints every
         # partition as it goes (one query instead of a count and then the statistics).
@@ -207,6 +213,6 @@ def materialize(
         num_rows=num_rows,
         key_stats=stats,
         broadcastable=0 <= estimated_bytes(source.schema, num_rows) <= threshold,
-        file_hits=[sorted(set(row[f"files{j}"] or ())) for j in range(len(ranges))],
+        file_hits=[sorted({fid for name in names for fid in row[name] or ()}) for names in hit_columns],
         null_key_rows=int(row["null_keys"]) if plan.key_pairs else 0,
     )
