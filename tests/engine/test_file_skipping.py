@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 )
 
 from dbt.adapters.rowmerge.merge import history
-from dbt.adapters.rowmerge.merge.filestats import TREE_RANGES, KeyRanges, candidate_ids, layer_hits
+from dbt.adapters.rowmerge.merge.filestats import TREE_RANGES, KeyRanges, layer_hits
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -231,7 +231,7 @@ def _search_cases() -> list[tuple[str, DataType, list[tuple[Any, Any]], list[Any
 
 
 @pytest.mark.parametrize("case", _search_cases(), ids=lambda c: c[0])
-def test_candidate_ids_find_exactly_the_files_whose_range_holds_each_key(spark, case) -> None:
+def test_layer_hits_find_exactly_the_files_whose_range_holds_each_key(spark, case) -> None:
     """The per-row search over file ranges agrees with a brute-force check for every key type,
     with values on, between and beyond the bounds (and NULL, which matches no file)."""
     _, dtype, bounds, probes = case
@@ -240,8 +240,9 @@ def test_candidate_ids_find_exactly_the_files_whose_range_holds_each_key(spark, 
     layer1 = ((bounds[0][0], bounds[1][1], len(bounds)),)
     ranges = KeyRanges("k", dtype, (layer0, layer1), frozenset())
     df = spark.createDataFrame([(p,) for p in [*probes, None]], StructType([StructField("k", dtype)]))
-    found = df.select("k", candidate_ids("k", ranges).alias("ids")).collect()
-    got = {r["k"]: sorted(r["ids"]) for r in found}
+    hits = layer_hits("k", ranges)
+    found = df.select("k", *[h.alias(f"h{i}") for i, h in enumerate(hits)]).collect()
+    got = {r["k"]: sorted(r[f"h{i}"] for i in range(len(hits)) if r[f"h{i}"] is not None) for r in found}
     for p in [*probes, None]:
         holding = [f for layer in (layer0, layer1) for f in layer if p is not None and f[0] <= p <= f[1]]
         expected = sorted(fid for _, _, fid in holding)
@@ -265,7 +266,7 @@ def test_layer_search_by_tree_and_by_binary_search_find_the_same_files(spark, n)
         assert fid == (holding[0] if holding else None), (p, fid)
 
 
-def test_candidate_ids_plan_quickly_for_thousands_of_files(spark) -> None:
+def test_layer_hits_plan_quickly_for_thousands_of_files(spark) -> None:
     """The search's size does not grow per file beyond its constant arrays: 20,000 files (the
     most skipping handles) plan and run, and the search lands on the right file."""
     n = 20_000
@@ -273,5 +274,6 @@ def test_candidate_ids_plan_quickly_for_thousands_of_files(spark) -> None:
     ranges = KeyRanges("k", LongType(), (layer,), frozenset())
     probes = [0, 9, 10, 12_345, n * 10 - 1, n * 10, -1]
     df = spark.createDataFrame([(p,) for p in probes], "k long")
-    got = {r["k"]: list(r["ids"]) for r in df.select("k", candidate_ids("k", ranges).alias("ids")).collect()}
+    (hit,) = layer_hits("k", ranges)
+    got = {r["k"]: [r["h"]] if r["h"] is not None else [] for r in df.select("k", hit.alias("h")).collect()}
     assert got == {0: [0], 9: [0], 10: [1], 12_345: [1234], n * 10 - 1: [n - 1], n * 10: [], -1: []}

@@ -257,16 +257,6 @@ def _literal(value: Any, dtype: DataType) -> str:
     return f"{int(value)}{_SUFFIX[type(dtype)]}"
 
 
-def candidate_ids(value: str, ranges: KeyRanges) -> Column:
-    """Per source row: the ids of the files whose range of the key column holds the value of
-    the SQL expression ``value`` (:func:`layer_hits`, gathered into one array). A NULL key
-    matches nothing (``=`` never does), so it yields none."""
-    hits = layer_hits(value, ranges)
-    if not hits:
-        return F.array().cast("array<int>")
-    return F.filter(F.array(*hits), lambda fid: fid.isNotNull())
-
-
 def layer_hits(value: str, ranges: KeyRanges) -> list[Column]:
     """Per layer of ``ranges``, per source row: the id of the layer's file whose range holds the
     value of the SQL expression ``value``, or NULL (a NULL key is in no file).
