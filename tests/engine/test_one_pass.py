@@ -26,7 +26,9 @@ from tests.engine.helpers import (
     rows,
     source_view,
     spark_jobs,
+    table_dir,
     table_state,
+    target_scans,
 )
 
 FILES = [
@@ -289,3 +291,132 @@ def test_small_one_pass_upsert_with_the_change_feed_is_three_jobs(spark, db) -> 
         (4, "d", "update_preimage"),
         (9, "i", "insert"),
     ]
+
+
+# -- the broadcast join's inserts, from the files' ranges ----------------------------------------
+
+GAPS = [[(1, "a"), (3, "c")], [(5, "e"), (7, "g")], [(9, "i"), (11, "k")]]
+
+
+@pytest.mark.parametrize("with_feed", [False, True], ids=["plain", "feed"])
+def test_broadcast_upsert_of_keys_beyond_every_file_reads_the_candidates_once(spark, db, with_feed) -> None:
+    """New keys beyond every file's range match nothing, so the write inserts them without a
+    join: three Spark jobs (the source's, its broadcast, the write; a fourth stamps the feed),
+    where finding the inserts by an anti-join with the candidates took two more, one of them a
+    second read of the candidates."""
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", GAPS)
+    folder = table_dir(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(5, "E"), (7, "G"), (20, "t"), (21, "u")])
+    extra = {"change_data_feed": {"table": f"{db}.t__changes"}} if with_feed else {}
+    with single_task_rows(0):
+        (result, scans), jobs = spark_jobs(
+            spark, lambda: target_scans(spark, folder, lambda: merge(spark, t, src, UPSERT, **extra))
+        )
+    m = result.metrics
+    assert (m["onePass"], m["onePassSingleTask"]) == (1, 0)
+    assert (m["onePassInsertsByStatistics"], m["onePassInsertsRechecked"]) == (1, 0)
+    assert (jobs, scans) == (4 if with_feed else 3, 1)
+    expected = [(1, "a"), (3, "c"), (5, "E"), (7, "G"), (9, "i"), (11, "k"), (20, "t"), (21, "u")]
+    assert rows(spark, t) == expected
+    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"], m["numTargetRowsCopied"]) == (2, 2, 0)
+    assert (m["numTargetFilesRemoved"], m["numTargetFilesAdded"]) == (1, 2)
+    if with_feed:
+        assert feed_rows(spark, f"{db}.t__changes") == [
+            (5, "E", "update_postimage"),
+            (5, "e", "update_preimage"),
+            (7, "G", "update_postimage"),
+            (7, "g", "update_preimage"),
+            (20, "t", "insert"),
+            (21, "u", "insert"),
+        ]
+
+
+RECHECK = [
+    {"when": "matched", "action": "update", "set": {"v": "s.v"}},
+    {
+        "when": "not_matched",
+        "condition": "s.v <> 'skip'",
+        "action": "insert",
+        "values": {"id": "s.id", "v": "s.v", "p": "s.p"},
+    },
+]
+
+
+@pytest.mark.parametrize("partitioned", [False, True], ids=["flat", "partitioned"])
+@pytest.mark.parametrize("with_feed", [False, True], ids=["plain", "feed"])
+def test_broadcast_upsert_of_new_keys_inside_a_files_range_inserts_them_after_the_write(
+    spark, db, partitioned, with_feed
+) -> None:
+    """Keys 2 and 6 lie inside a file's range but match no row there: the write, which only
+    inserted the keys beyond every range (13, and not 14: its clause's condition is false),
+    observes that two source rows inside the ranges matched nothing, and a second write inserts
+    those of them a clause takes (2, not 6). Same rows, counts and change feed as the single-task
+    join, which finds every insert in its own join."""
+    outcomes = []
+    for limit in (SINGLE_TASK_ROWS.get(), 0):
+        t = f"{db}.t{limit}"
+        data = [[(i, v, i % 2) for i, v in f] for f in GAPS]
+        create_table(spark, t, "id long, v string, p int", data, partition_by=["p"] if partitioned else ())
+        src = source_view(
+            spark,
+            f"{db}_src",
+            "id long, v string, p int",
+            [(1, "A", 1), (2, "b", 0), (6, "skip", 0), (7, "G", 1), (13, "m", 1), (14, "skip", 0)],
+        )
+        extra = {"change_data_feed": {"table": f"{t}__changes"}} if with_feed else {}
+        with single_task_rows(limit):
+            m = merge(spark, t, src, RECHECK, auto_compact=False, **extra).metrics
+        assert (m["onePass"], m["onePassSingleTask"]) == (1, int(limit > 0))
+        by_statistics = (m["onePassInsertsByStatistics"], m["onePassInsertsRechecked"])
+        assert by_statistics == ((0, 0) if limit else (1, 1))
+        counts = [m[k] for k in ("numTargetRowsUpdated", "numTargetRowsInserted", "numTargetRowsCopied")]
+        feed = feed_rows(spark, f"{t}__changes") if with_feed else []
+        outcomes.append((rows(spark, t), counts, feed))
+    assert outcomes[0] == outcomes[1]
+    got, counts, feed = outcomes[0]
+    assert got == [
+        (1, "A", 1),
+        (2, "b", 0),
+        (3, "c", 1),
+        (5, "e", 1),
+        (7, "G", 1),
+        (9, "i", 1),
+        (11, "k", 1),
+        (13, "m", 1),
+    ]
+    assert counts == [2, 2, 2]
+    if with_feed:
+        assert feed == [
+            (1, "A", "update_postimage"),
+            (1, "a", "update_preimage"),
+            (2, "b", "insert"),
+            (7, "G", "update_postimage"),
+            (7, "g", "update_preimage"),
+            (13, "m", "insert"),
+        ]
+
+
+def test_broadcast_upsert_on_two_keys_rechecks_a_pair_each_of_whose_keys_is_in_some_range(spark, db) -> None:
+    """On a two-column key, (1, 20) has each value inside some file's range, in different
+    files: it may match as far as the ranges tell, matches nothing, and is inserted after the
+    write; (3, 99) lies beyond every range of the second key and is inserted by the write."""
+    t = f"{db}.t"
+    schema = "a long, b long, v string"
+    create_table(spark, t, schema, [[(1, 10, "x"), (2, 11, "y")], [(5, 20, "z"), (6, 21, "w")]])
+    src = source_view(spark, f"{db}_src", schema, [(1, 10, "X"), (1, 20, "n"), (3, 99, "o")])
+    clauses = [
+        {"when": "matched", "action": "update", "set": {"v": "s.v"}},
+        {"when": "not_matched", "action": "insert", "values": {"a": "s.a", "b": "s.b", "v": "s.v"}},
+    ]
+    with single_task_rows(0):
+        m = merge(spark, t, src, clauses, on="t.a = s.a AND t.b = s.b", auto_compact=False).metrics
+    assert (m["onePass"], m["onePassInsertsByStatistics"], m["onePassInsertsRechecked"]) == (1, 1, 1)
+    expected = [(1, 10, "X"), (1, 20, "n"), (2, 11, "y"), (3, 99, "o"), (5, 20, "z"), (6, 21, "w")]
+    assert rows(spark, t) == expected
+    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"]) == (1, 2)
+
+
+def feed_rows(spark, table: str) -> list[tuple]:
+    """(id, v, _change_type) of every change row of ``table``, sorted."""
+    return sorted(tuple(r) for r in spark.sql(f"SELECT id, v, _change_type FROM {table}").collect())

@@ -38,6 +38,12 @@ COUNTER_NAMES = (
     # 1 if the one-pass write joined the candidates and the source in a single task
     # (rewrite.single_task_join) rather than with the source broadcast.
     "onePassSingleTask",
+    # 1 if the one-pass write with the source broadcast inserted the source rows whose keys lie
+    # outside every file's range without a join (rewrite.inserts_by_statistics), and 1 in
+    # onePassInsertsRechecked if some rows inside the ranges matched nothing, so a second write
+    # found the inserts among them by an anti-join.
+    "onePassInsertsByStatistics",
+    "onePassInsertsRechecked",
     # Auto-compaction after the merge (optimize.py): the OPTIMIZE version it committed (0:
     # none), and the files it replaced and wrote.
     "compactVersion",

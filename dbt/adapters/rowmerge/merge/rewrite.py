@@ -13,10 +13,10 @@ also writes the feed's rows (:func:`feed_rows`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from uuid import uuid4
 
@@ -36,6 +36,7 @@ from .outputs import (
     ROW,
     SIZE,
     SRC_ID,
+    SRC_MAY_MATCH,
     acting,
     chosen,
     clause_index,
@@ -55,6 +56,7 @@ from .storage import Storage
 UPDATED = PREFIX + "updated"  # true on a rewritten row an update clause wrote
 _UPD, _DEL = PREFIX + "acts_update", PREFIX + "acts_delete"  # flags the one-pass write observes
 _INS = PREFIX + "inserted"  # true on a source row a not_matched clause inserts (single_task_rows)
+_SID = PREFIX + "matched_sid"  # the source row a rewritten row matched (OnePass.inserts_by_statistics)
 # With the change feed on, the write sends each row to one output, a folder of this
 # partition column: the table's new files (DATA), or a change type of the feed (see feed_rows).
 KIND = PREFIX + "kind"
@@ -78,6 +80,10 @@ ROWS_PER_INSERT_FILE = 1_000_000
 SINGLE_TASK_ROWS: ContextVar[int] = ContextVar("rowmerge_single_task_rows", default=250_000)
 # ... and Spark's estimate of them (see single_task_join) at most half its single-partition limit.
 SINGLE_PARTITION_BYTES = 64 * 1024 * 1024
+# The one-pass write with the source broadcast takes its inserts from statistics when at most
+# this many source rows have keys inside the files' ranges (see inserts_by_statistics): the
+# write collects the ids of those that matched, and a set of this many stays small in a task.
+STATISTICS_INSERT_ROWS = 250_000
 
 
 @dataclass(frozen=True)
@@ -177,17 +183,28 @@ class OnePass:
     # (single_task).
     candidate_rows: int = 0
     single_task: bool = False
+    # The write inserts the source rows whose keys lie outside every file's range, without a
+    # join, and observes which source rows the candidates matched (see inserts_by_statistics).
+    inserts_by_statistics: bool = False
 
     def observe(self, rows: DataFrame) -> DataFrame:
-        """``rows`` (with the file and the clause flags of each joined row), observed."""
+        """``rows`` (with the file and the clause flags of each joined row, and with
+        ``inserts_by_statistics`` the id of the source row it matched), observed."""
         upd, dele = F.col(_UPD), F.col(_DEL)
+        sources = [F.collect_set(F.col(_SID)).alias("sources")] if self.inserts_by_statistics else []
         return rows.observe(
             self.observation,
             F.count(F.col(FILE)).alias("joined"),  # rows with a target row
             F.sum(upd.cast("long")).alias("updated"),
             F.sum(dele.cast("long")).alias("deleted"),
             F.collect_set(F.when(upd | dele, F.col(FILE))).alias("acted"),
+            *sources,
         )
+
+    def matched_sources(self) -> int:
+        """How many source rows matched a candidate's row, once the write has run (with
+        ``inserts_by_statistics``)."""
+        return len(self.observation.get["sources"] or ())
 
     def result(self) -> tuple[int, int, int, set[str]]:
         """(joined rows, updated, deleted, acted-on files), once the write has run."""
@@ -232,9 +249,13 @@ def rewritten_rows(
         # optimizer rule prunes columns through it); deleted rows leave after it.
         acting_now = [tj.acts("update").alias(_UPD), tj.acts("delete").alias(_DEL)]
         olds = _old_values(plan) if feed else []
-        out = tj.rows.select(*values, file, *([row] if once else []), *flags, *acting_now, *olds)
+        by_statistics = one_pass is not None and one_pass.inserts_by_statistics
+        sid = [F.col(q(plan.sa, SRC_ID)).alias(_SID)] if by_statistics else []
+        out = tj.rows.select(*values, file, *([row] if once else []), *flags, *acting_now, *olds, *sid)
         if one_pass is not None:
             out = one_pass.observe(out)
+        if by_statistics:
+            out = out.drop(_SID)
         if not feed:
             out = out.where(~F.col(_DEL)).drop(_UPD, _DEL)
     else:
@@ -359,16 +380,23 @@ def inserted_rows(
     source: MaterializedSource,
     target: DataFrame,
     scan: ScanResult | None,
+    among: str = "all",
 ) -> DataFrame:
     """Source rows that match no target row and that a not_matched clause inserts.
 
     After a scan, the rows are the ones it chose (by source row id), so the target is not
     read again; an insert-only merge has no scan and finds them with an anti-join, as does
-    the one-pass write with the source broadcast.
+    the one-pass write with the source broadcast. ``among``: ``"outside"`` takes only the
+    source rows whose keys lie outside every file's range, which match nothing, with no join
+    (see :func:`inserts_by_statistics`); ``"inside"`` only the others, by the anti-join.
     """
-    if scan is not None and scan.insert_source is not None:
+    if among == "outside":
+        unmatched = source.df.where(~F.col(SRC_MAY_MATCH)).alias(plan.sa)
+    elif scan is not None and scan.insert_source is not None:
         unmatched = scan.insert_source.alias(plan.sa)
     else:
+        if among == "inside":
+            source = replace(source, df=source.df.where(F.col(SRC_MAY_MATCH)))
         # Matched source ids via a join whose build side is the (usually small) source, so
         # the target is not shuffled; then the source minus those ids.
         matched = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "inner")
@@ -425,39 +453,101 @@ def write_changes(
         # ones) and writes its replacement: file sizes stay near the table's own.
         parts.append(rewritten_rows(spark, plan, source, touched, one_pass, feed))
     if plan.not_matched and not single and (scan is None or scan.inserted > 0 or one_pass is not None):
-        inserts = inserted_rows(plan, source, target, scan)
-        if pcols and expected <= SINGLE_TASK_ROWS.get():
-            # A small insert goes out of one task, which writes one file per partition value
-            # without the shuffle (and, with adaptive execution, the job) a repartition costs.
-            inserts = inserts.coalesce(1)
-        elif pcols:
-            inserts = inserts.repartition(
-                *[F.col(q(c)) for c in pcols]
-            )  # one file per partition value (AQE-sized)
-        else:
-            inserts = inserts.coalesce(files_for(expected))
-        parts.append(inserts if feed_dir is None else feed_rows(inserts, INSERT))
+        among = "outside" if one_pass is not None and one_pass.inserts_by_statistics else "all"
+        inserts = inserted_rows(plan, source, target, scan, among)
+        parts.append(_spread_inserts(plan, inserts, expected, feed))
     if not parts:
         return [], {}
     fmt = plan.target.file_format
     removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
     counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
-    writer = out.write.format(fmt)
+    cap = rewrite_file_cap(counts, expected) if counts else None
+    listed = _save(spark, plan, out, staging, feed_dir, cap)
+    fields = indexed_columns(plan.output_fields, pcols)
+    return staged_files(fmt, listed, storage, removed, fields, counts)
+
+
+def inserts_by_statistics(plan: MergePlan, source: MaterializedSource, single: bool) -> bool:
+    """Whether the one-pass write with the source broadcast (not ``single``) takes its inserts
+    from the files' ranges.
+
+    Otherwise it finds them by an anti-join of the source with the candidates, which reads the
+    candidates a second time and broadcasts the source again: two Spark jobs before the write.
+    Instead the source rows whose keys lie outside every file's range (``SRC_MAY_MATCH``
+    false: they match nothing) are inserted as they are, and the write observes which of the
+    others matched a candidate's row. When every one did (an upsert whose new keys lie beyond
+    the table's, as increasing ids and timestamps do), those were all the inserts; otherwise
+    the inserts among the rest are found after the write (:func:`write_missed_inserts`).
+    """
+    rows = source.may_match_rows
+    return bool(plan.not_matched) and not single and rows is not None and rows <= STATISTICS_INSERT_ROWS
+
+
+def write_missed_inserts(
+    spark: SparkSession,
+    plan: MergePlan,
+    source: MaterializedSource,
+    target: DataFrame,
+    missed: int,
+    staging: str,
+    storage: Storage,
+    feed_dir: str | None,
+    written: Sequence[StagedFile],
+) -> list[StagedFile]:
+    """After a one-pass write that took its inserts from statistics, in which ``missed`` source
+    rows with keys inside the files' ranges matched no row of ``target`` (the candidates):
+    write the inserts among them next to the ``written`` files; return the new files."""
+    inserts = inserted_rows(plan, source, target, None, "inside")
+    out = _spread_inserts(plan, inserts, missed, feed_dir is not None)
+    listed = _save(spark, plan, out, staging, feed_dir, None, append=True)
+    fields = indexed_columns(plan.output_fields, list(plan.target.partition_columns))
+    known = {f.path for f in written}
+    return staged_files(plan.target.file_format, listed, storage, fields=fields, known=known)[0]
+
+
+def _spread_inserts(plan: MergePlan, inserts: DataFrame, expected: int, feed: bool) -> DataFrame:
+    """``inserts`` (at most ``expected`` rows) across the write's tasks; with ``feed`` going
+    to the change feed too (:func:`feed_rows`)."""
+    pcols = list(plan.target.partition_columns)
+    if pcols and expected <= SINGLE_TASK_ROWS.get():
+        # A small insert goes out of one task, which writes one file per partition value
+        # without the shuffle (and, with adaptive execution, the job) a repartition costs.
+        inserts = inserts.coalesce(1)
+    elif pcols:
+        # one file per partition value (AQE-sized)
+        inserts = inserts.repartition(*[F.col(q(c)) for c in pcols])
+    else:
+        inserts = inserts.coalesce(files_for(expected))
+    return feed_rows(inserts, INSERT) if feed else inserts
+
+
+def _save(
+    spark: SparkSession,
+    plan: MergePlan,
+    out: DataFrame,
+    staging: str,
+    feed_dir: str | None,
+    cap: int | None,
+    append: bool = False,
+) -> str:
+    """Write ``out`` into ``staging`` partitioned like the table, or with ``feed_dir`` into
+    that folder, each output in a folder of its own (see :func:`feed_rows`); at most ``cap``
+    rows per file. Return the folder holding the table's new files."""
+    pcols = list(plan.target.partition_columns)
+    writer = out.write.format(plan.target.file_format).mode("append" if append else "errorifexists")
     if feed_dir is not None:
         writer = writer.partitionBy(KIND, *pcols)
     elif pcols:
         writer = writer.partitionBy(*pcols)
-    if counts:
-        writer = writer.option("maxRecordsPerFile", str(rewrite_file_cap(counts, expected)))
+    if cap is not None:
+        writer = writer.option("maxRecordsPerFile", str(cap))
     if feed_dir is None:
         writer.save(staging)
-    else:
-        with concurrent_writers(spark):
-            writer.save(feed_dir)
-        staging = f"{feed_dir}/{KIND}={DATA}"  # the journal's Staging.routed_data_dir
-    fields = indexed_columns(plan.output_fields, pcols)
-    return staged_files(fmt, staging, storage, removed, fields, counts)
+        return staging
+    with concurrent_writers(spark):
+        writer.save(feed_dir)
+    return f"{feed_dir}/{KIND}={DATA}"  # the journal's Staging.routed_data_dir
 
 
 @contextmanager
@@ -523,15 +613,17 @@ def staged_files(
     removed: Mapping[str, int] | None = None,
     fields: Sequence[StructField] = (),
     counts: Mapping[str, int] | None = None,
+    known: Collection[str] = (),
 ) -> tuple[list[StagedFile], dict[str, int]]:
     """List what a write produced with row counts and ``fields``' ranges (from footers); drop
-    empty files.
+    empty files. Files of ``known`` (qualified paths: listed after an earlier write into the
+    same folder) are left out.
 
     The rows of the ``removed`` files (path -> size: the touched files the commit replaces)
     are counted too, for the journal, unless ``counts`` has them already.
     """
     removed = removed or {}
-    listed = {f.path: f for f in storage.list_data_files(staging)}  # qualified
+    listed = {f.path: f for f in storage.list_data_files(staging) if f.path not in known}  # qualified
     summaries = summarize_files(storage, {p: f.size for p, f in listed.items()}, file_format, fields)
     if counts is None:
         counts = storage.count_rows(removed, file_format) if removed else {}

@@ -70,7 +70,14 @@ from .optimize import after_merge, clustering_columns
 from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
 from .reshape import finish_parked, finish_refresh, parked_folder, reregister
-from .rewrite import OnePass, StagedFile, single_task, write_changes
+from .rewrite import (
+    OnePass,
+    StagedFile,
+    inserts_by_statistics,
+    single_task,
+    write_changes,
+    write_missed_inserts,
+)
 from .scan import (
     FileStats,
     ScanResult,
@@ -406,8 +413,11 @@ def _merge(
                 files_scanned=len(files),
             )
             candidate_rows = sum(commit.skipping.rows[p] for p in files)
+            single = single_task(plan, source, candidate_rows)
             observed = OnePass(
-                candidate_rows=candidate_rows, single_task=single_task(plan, source, candidate_rows)
+                candidate_rows=candidate_rows,
+                single_task=single,
+                inserts_by_statistics=inserts_by_statistics(plan, source, single),
             )
             with timed(metrics, "rewriteTimeMs"):
                 written = _write_one_pass(
@@ -420,6 +430,7 @@ def _merge(
                     commit,
                     staging,
                     journal.storage,
+                    metrics,
                     feed_dir,
                 )
             metrics["onePass" if written is not None else "onePassFallback"] = 1
@@ -554,13 +565,15 @@ def _write_one_pass(
     commit: Commit,
     staging: Staging,
     storage: Storage,
+    metrics: MergeMetrics,
     feed_dir: str | None = None,
 ) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
     """Rewrite every candidate file (``candidates.touched``) and write the inserts in one job,
     observing what the clauses did (``observed``, which also says how many rows the candidates
     hold and how to join them; see :func:`.scan.one_pass_applies`); None, with nothing left
     staged, unless every candidate was acted on and every target row met at most one source
-    row: then the scan must decide."""
+    row: then the scan must decide. Inserts taken from statistics that left some out are
+    completed by a second write (:func:`.rewrite.write_missed_inserts`)."""
     staged, removed_rows = write_changes(
         spark, plan, source, pruned, candidates, staging.data_dir, storage, observed, feed_dir
     )
@@ -570,6 +583,16 @@ def _write_one_pass(
         if feed_dir is not None:
             storage.delete(feed_dir, recursive=True)
         return None
+    if observed.inserts_by_statistics:
+        missed = (source.may_match_rows or 0) - observed.matched_sources()
+        metrics["onePassInsertsByStatistics"] = 1
+        if missed:
+            # Some source rows with keys inside a candidate's range matched nothing there:
+            # the inserts among them were not written yet.
+            metrics["onePassInsertsRechecked"] = 1
+            staged += write_missed_inserts(
+                spark, plan, source, pruned, missed, staging.data_dir, storage, feed_dir, staged
+            )
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)
     return candidates, staged, removed_rows
