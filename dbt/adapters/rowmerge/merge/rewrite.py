@@ -535,7 +535,9 @@ def _save(
     that folder, each output in a folder of its own (see :func:`feed_rows`); at most ``cap``
     rows per file. Return the folder holding the table's new files."""
     pcols = list(plan.target.partition_columns)
-    writer = out.write.format(plan.target.file_format).mode("append" if append else "errorifexists")
+    writer = out.write.format(plan.target.file_format)
+    if append:
+        writer = writer.mode("append")
     if feed_dir is not None:
         writer = writer.partitionBy(KIND, *pcols)
     elif pcols:
