@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType,
     DataType,
@@ -32,7 +33,7 @@ from pyspark.sql.types import (
 )
 
 from dbt.adapters.rowmerge.merge import history
-from dbt.adapters.rowmerge.merge.filestats import TREE_RANGES, KeyRanges, layer_hits
+from dbt.adapters.rowmerge.merge.filestats import TREE_RANGES, KeyRanges, layer_hits, within_ranges
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -247,6 +248,24 @@ def test_layer_hits_find_exactly_the_files_whose_range_holds_each_key(spark, cas
         holding = [f for layer in (layer0, layer1) for f in layer if p is not None and f[0] <= p <= f[1]]
         expected = sorted(fid for _, _, fid in holding)
         assert got[p] == expected, p
+
+
+@pytest.mark.parametrize("case", _search_cases(), ids=lambda c: c[0])
+def test_within_ranges_is_true_exactly_between_the_lowest_and_the_highest_bound(spark, case) -> None:
+    """The test that lets the one-pass write insert a row without a join: true from the lowest
+    bound of any file to the highest of any (gaps between files included), false beyond them
+    and for NULL; None once some file has no range (any value may be in it)."""
+    _, dtype, bounds, probes = case
+    layer0 = tuple((low, high, i) for i, (low, high) in enumerate(bounds))
+    layer1 = ((bounds[0][0], bounds[1][1], len(bounds)),)
+    ranges = KeyRanges("k", dtype, (layer0, layer1), frozenset())
+    sql = within_ranges("k", ranges)
+    assert sql is not None
+    assert within_ranges("k", KeyRanges("k", dtype, (layer0,), frozenset({len(bounds) + 1}))) is None
+    beyond = [p for p in probes if p < bounds[0][0] or p > bounds[-1][1]]
+    df = spark.createDataFrame([(p,) for p in [*probes, None]], StructType([StructField("k", dtype)]))
+    got = {r["k"]: r["inside"] for r in df.select("k", F.expr(sql).alias("inside")).collect()}
+    assert got == {**{p: p not in beyond for p in probes}, None: False}
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, TREE_RANGES, TREE_RANGES + 1])

@@ -257,6 +257,18 @@ def _literal(value: Any, dtype: DataType) -> str:
     return f"{int(value)}{_SUFFIX[type(dtype)]}"
 
 
+def within_ranges(value: str, ranges: KeyRanges) -> str | None:
+    """SQL: whether the SQL expression ``value`` lies between the lowest and the highest bound
+    of ``ranges`` (false for NULL); None when some file has no range, so any value may be in it.
+    A value outside matches no row of any file; one inside may still fall between two files."""
+    if ranges.unplaced or not ranges.layers:
+        return None
+    low = min(layer[0][0] for layer in ranges.layers)
+    high = max(layer[-1][1] for layer in ranges.layers)
+    dtype = ranges.dtype
+    return f"coalesce(({value}) >= {_literal(low, dtype)} AND ({value}) <= {_literal(high, dtype)}, false)"
+
+
 def layer_hits(value: str, ranges: KeyRanges) -> list[Column]:
     """Per layer of ``ranges``, per source row: the id of the layer's file whose range holds the
     value of the SQL expression ``value``, or NULL (a NULL key is in no file).

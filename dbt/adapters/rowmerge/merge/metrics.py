@@ -39,7 +39,7 @@ COUNTER_NAMES = (
     # (rewrite.single_task_join) rather than with the source broadcast.
     "onePassSingleTask",
     # 1 if the one-pass write with the source broadcast inserted the source rows whose keys lie
-    # outside every file's range without a join (rewrite.inserts_by_statistics), and 1 in
+    # below or above all the files' ranges without a join (rewrite.inserts_by_statistics), and 1 in
     # onePassInsertsRechecked if some rows inside the ranges matched nothing, so a second write
     # found the inserts among them by an anti-join.
     "onePassInsertsByStatistics",

@@ -43,8 +43,6 @@ from .table import CHAR_VARCHAR_KEY, TargetTable
 PREFIX = "__rowmerge_"
 SRC_PRESENT = PREFIX + "src"  # literal true on every source row: NULL after an outer join = no match
 SRC_ID = PREFIX + "sid"  # fixed id of each source row (assigned before the checkpoint)
-# false on a source row whose key lies outside every target file's range (source.materialize)
-SRC_MAY_MATCH = PREFIX + "may_match"
 FILE = PREFIX + "file"  # _metadata.file_path of the target row
 ROW = PREFIX + "row"  # row position inside its file (row_index, or a per-scan id for ORC)
 SIZE = PREFIX + "size"  # _metadata.file_size

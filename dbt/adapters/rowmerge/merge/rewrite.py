@@ -36,7 +36,6 @@ from .outputs import (
     ROW,
     SIZE,
     SRC_ID,
-    SRC_MAY_MATCH,
     acting,
     chosen,
     clause_index,
@@ -183,7 +182,7 @@ class OnePass:
     # (single_task).
     candidate_rows: int = 0
     single_task: bool = False
-    # The write inserts the source rows whose keys lie outside every file's range, without a
+    # The write inserts the source rows whose keys lie outside the files' ranges, without a
     # join, and observes which source rows the candidates matched (see inserts_by_statistics).
     inserts_by_statistics: bool = False
 
@@ -387,16 +386,18 @@ def inserted_rows(
     After a scan, the rows are the ones it chose (by source row id), so the target is not
     read again; an insert-only merge has no scan and finds them with an anti-join, as does
     the one-pass write with the source broadcast. ``among``: ``"outside"`` takes only the
-    source rows whose keys lie outside every file's range, which match nothing, with no join
+    source rows whose keys lie below or above all the files' ranges, which match nothing, with no join
     (see :func:`inserts_by_statistics`); ``"inside"`` only the others, by the anti-join.
     """
     if among == "outside":
-        unmatched = source.df.where(~F.col(SRC_MAY_MATCH)).alias(plan.sa)
+        assert source.may_match is not None
+        unmatched = source.df.alias(plan.sa).where(~F.expr(source.may_match)).alias(plan.sa)
     elif scan is not None and scan.insert_source is not None:
         unmatched = scan.insert_source.alias(plan.sa)
     else:
         if among == "inside":
-            source = replace(source, df=source.df.where(F.col(SRC_MAY_MATCH)))
+            assert source.may_match is not None
+            source = replace(source, df=source.df.alias(plan.sa).where(F.expr(source.may_match)))
         # Matched source ids via a join whose build side is the (usually small) source, so
         # the target is not shuffled; then the source minus those ids.
         matched = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "inner")
@@ -474,11 +475,12 @@ def inserts_by_statistics(plan: MergePlan, source: MaterializedSource, single: b
 
     Otherwise it finds them by an anti-join of the source with the candidates, which reads the
     candidates a second time and broadcasts the source again: two Spark jobs before the write.
-    Instead the source rows whose keys lie outside every file's range (``SRC_MAY_MATCH``
-    false: they match nothing) are inserted as they are, and the write observes which of the
-    others matched a candidate's row. When every one did (an upsert whose new keys lie beyond
-    the table's, as increasing ids and timestamps do), those were all the inserts; otherwise
-    the inserts among the rest are found after the write (:func:`write_missed_inserts`).
+    Instead the source rows whose keys lie below or above all the files' ranges (outside
+    ``source.may_match``: they match nothing) are inserted as they are, and the write observes
+    which of the others matched a candidate's row. When every one did (an upsert whose new keys
+    lie beyond the table's, as increasing ids and timestamps do), those were all the inserts;
+    otherwise the inserts among the rest are found after the write
+    (:func:`write_missed_inserts`).
     """
     rows = source.may_match_rows
     return bool(plan.not_matched) and not single and rows is not None and rows <= STATISTICS_INSERT_ROWS

@@ -30,9 +30,9 @@ from pyspark.sql.types import (
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError, spark_reason
-from .filestats import KeyRanges, layer_hits
+from .filestats import KeyRanges, layer_hits, within_ranges
 from .lean_columns import jvm_class
-from .outputs import PREFIX, SRC_ID, SRC_MAY_MATCH, SRC_PRESENT, q
+from .outputs import PREFIX, SRC_ID, SRC_PRESENT
 from .plan import MergePlan
 from .storage import is_connect
 from .table import read_table, sql_name
@@ -55,8 +55,10 @@ class MaterializedSource:
     file_hits: list[list[int]] = field(default_factory=list)
     # Rows with a NULL in some `=` key of `on`: they can match no target row (see guards).
     null_key_rows: int = 0
-    # Rows whose keys the files' ranges hold (SRC_MAY_MATCH true): only these can match a
-    # target row. None when no ranges were searched (the column is then absent).
+    # SQL over the source's alias: true where a row's keys lie inside the files' ranges (only
+    # such a row can match a target row), and how many rows it holds for; None when no key's
+    # ranges bound every file.
+    may_match: str | None = None
     may_match_rows: int | None = None
 
     def join_side(self) -> DataFrame:
@@ -181,38 +183,33 @@ def materialize(
         if tcol.lower() in partition_cols:
             distinct = F.collect_set(encode(value, dtype))
             aggs.append(F.slice(distinct, 1, MAX_IN_LIST_VALUES + 1).alias(f"set{i}"))
-    # Per key column (j) and layer of its files' ranges (k): the file some source key falls in
-    # (a column of each row, folded into the set of such files).
+    # Per key column (j) and layer of its files' ranges (k): the files some source key falls in.
     hit_columns: list[list[str]] = []
-    hits: list[Column] = []
-    placed: list[Column] = []  # per key column: the row's value is in some file's range
     for j, (kr, sexpr) in enumerate(ranges):
-        names = [f"{PREFIX}files{j}_{k}" for k in range(len(kr.layers))]
-        hit_columns.append(names)
-        hits += [hit.alias(name) for hit, name in zip(layer_hits(sexpr, kr), names, strict=True)]
-        aggs += [F.collect_set(F.col(q(name))).alias(name) for name in names]
-        in_layer = reduce(lambda a, b: a | b, [F.col(q(n)).isNotNull() for n in names], F.lit(False))
-        placed.append(F.lit(True) if kr.unplaced else in_layer)
-    if ranges:
-        # A row whose key lies in no file's range on some key column matches no target row:
-        # the one-pass write inserts such rows without a join (see rewrite.inserts_by_statistics).
-        may_match = reduce(lambda a, b: a & b, placed)
-        aliased = aliased.select("*", *hits).withColumn(SRC_MAY_MATCH, may_match).alias(plan.sa)
-        aggs.append(F.count(F.when(F.col(q(SRC_MAY_MATCH)), F.lit(1))).alias("may_match"))
-    dropped = [n for names in hit_columns for n in names]
+        hit_columns.append([f"files{j}_{k}" for k in range(len(kr.layers))])
+        aggs += [
+            F.collect_set(hit).alias(name)
+            for hit, name in zip(layer_hits(sexpr, kr), hit_columns[j], strict=True)
+        ]
+    # Between the lowest and the highest bound of each key's ranges: a row outside matches
+    # nothing, and the one-pass write inserts such rows without a join (see
+    # rewrite.inserts_by_statistics). A plain comparison, not the search above: per row, as a
+    # column, that search's code made the job's compiled loop too big for the JVM to compile.
+    bounds = [b for b in (within_ranges(sexpr, kr) for kr, sexpr in ranges) if b is not None]
+    may_match = " AND ".join(bounds) if bounds else None
+    if may_match is not None:
+        aggs.append(F.count(F.when(F.expr(may_match), F.lit(1))).alias("may_match"))
     if is_connect(spark):
         # Lazy: the statistics job below is the first to compute it, and checkpoints every
         # partition as it goes (one query instead of a count and then the statistics).
-        checkpointed = aliased.localCheckpoint(eager=False)
-        row = checkpointed.alias(plan.sa).agg(*aggs).collect()[0].asDict()
-        df = checkpointed.drop(*dropped) if dropped else checkpointed
+        df = df.localCheckpoint(eager=False)
+        row = df.alias(plan.sa).agg(*aggs).collect()[0].asDict()
     else:
         # The statistics are observed while the checkpoint is computed: each task folds its
         # rows and the driver merges the tasks' results, so the whole phase is one job (an
         # aggregation would add a shuffle, and with adaptive execution a job of its own).
         observed = Observation(f"{PREFIX}source_{uuid4().hex}")
-        df = aliased.observe(observed, *aggs)
-        df = (df.drop(*dropped) if dropped else df).localCheckpoint(eager=True)
+        df = aliased.observe(observed, *aggs).localCheckpoint(eager=True)
         row = observed.get
     stats: dict[str, dict[str, Any]] = {}
     for i, tcol, _ in prunable:
@@ -231,5 +228,6 @@ def materialize(
         broadcastable=0 <= estimated_bytes(source.schema, num_rows) <= threshold,
         file_hits=[sorted({fid for name in names for fid in row[name] or ()}) for names in hit_columns],
         null_key_rows=int(row["null_keys"]) if plan.key_pairs else 0,
-        may_match_rows=int(row["may_match"]) if ranges else None,
+        may_match=may_match,
+        may_match_rows=int(row["may_match"]) if may_match is not None else None,
     )
