@@ -73,7 +73,7 @@ sys.path.insert(0, str(ROOT.parent))
 sys.path.insert(0, str(ROOT))
 
 from cases import ON_KEY, SOURCE_ALIAS, TARGET_ALIAS  # noqa: E402
-from measure import measured  # noqa: E402
+from measure import Usage, measured  # noqa: E402
 from peers import DELTA_TYPES, delta_rs_merge, table_hash  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
@@ -635,20 +635,7 @@ def run_shape(
                 with measured(spark, f"aging {shape.name} {name} {k}") as usage:
                     metrics = system.merge(source, k)
                 system.tidy(k)
-                state["records"][name].append(
-                    {
-                        "s": round(usage.seconds, 4),
-                        "jobs": usage.spark_jobs,
-                        "read": usage.read_bytes,
-                        "written": usage.written_bytes,
-                        # the system's own phase times (ours: executionTimeMs, scanTimeMs, ...)
-                        "phases": {
-                            m: v
-                            for m, v in metrics.items()
-                            if isinstance(v, (int, float)) and m.lower().endswith(("timems", "time_ms"))
-                        },
-                    }
-                )
+                state["records"][name].append(_record(usage, metrics))
             shutil.rmtree(source, ignore_errors=True)
             if k % per == 0 or k == args.merges:
                 _decile_end(shape, base, live, state, k, per)
@@ -662,6 +649,22 @@ def run_shape(
     state["result"] = _finish(spark, shape, args, base, live, state, shape_dir)
     _save(state_path, state)
     return state["result"]
+
+
+def _record(usage: Usage, metrics: dict[str, Any]) -> dict[str, Any]:
+    """One merge's measurements: seconds, Spark jobs, bytes read and written, and the
+    system's own phase times (ours: executionTimeMs, scanTimeMs, ...)."""
+    return {
+        "s": round(usage.seconds, 4),
+        "jobs": usage.spark_jobs,
+        "read": usage.read_bytes,
+        "written": usage.written_bytes,
+        "phases": {
+            m: v
+            for m, v in metrics.items()
+            if isinstance(v, (int, float)) and m.lower().endswith(("timems", "time_ms"))
+        },
+    }
 
 
 def _rotated(live: dict[str, Any], k: int) -> list[tuple[str, Any]]:
@@ -793,15 +796,8 @@ def replay_first_tenth(
         if k <= 3:
             warm.merge(source, k)
         with measured(spark, f"aging {shape.name} replay {k}") as usage:
-            system.merge(source, k)
-        records.append(
-            {
-                "s": round(usage.seconds, 4),
-                "jobs": usage.spark_jobs,
-                "read": usage.read_bytes,
-                "written": usage.written_bytes,
-            }
-        )
+            metrics = system.merge(source, k)
+        records.append(_record(usage, metrics))
         shutil.rmtree(source, ignore_errors=True)
     rows = list(table_hash(system.frame(), base.columns))
     for table in (f"aging.{shape.name}_replay_warm", f"aging.{shape.name}_replay"):
