@@ -70,9 +70,9 @@ undo-campaign: $(STAMP)
 	$(BIN)/python -m tests.reliability.undo_campaign --merges $(MERGES) --restores $(RESTORES) --seed $(SEED)
 
 # The merge benchmark (Delta Lake's grid + our cases; row_level_merge vs full rewrite vs delta-rs):
-# 10M rows in 64 files, 3 timed runs per case and system; results in benchmarks/results/.
+# 10M rows in 64 files, 5 timed runs per case and system, interleaved; results in benchmarks/results/.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py --rows 10000000 --files 64 --repeat 3
+	$(BIN)/python benchmarks/run.py --rows 10000000 --files 64 --repeat 5
 
 # Smoke run of every case: 200k rows in 8 files, one run, results in a scratch folder.
 BENCH_QUICK_OUT ?= /tmp/rowmerge-bench-quick
@@ -80,10 +80,11 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/run.py --rows 200000 --files 8 --repeat 1 --no-warmup \
 		--out $(BENCH_QUICK_OUT) --work $(BENCH_QUICK_OUT)/work
 
-# The grid at 1M, 2M and 10M rows (16, 32 and 64 files), 5 runs per case and system, interleaved.
+# The grid at 1M and 2M rows (16 and 32 files), 5 runs per case and system, interleaved, reported
+# with the 10M grid of `make bench` of the same commit (run that first: it is not timed twice).
 bench-sizes: $(STAMP)
-	$(BIN)/python benchmarks/run.py --sizes 1000000:16,2000000:32,10000000:64 --cases grid --repeat 5 \
-		--out benchmarks/results/sizes
+	$(BIN)/python benchmarks/run.py --sizes 1000000:16,2000000:32 --cases grid --repeat 5 \
+		--sizes-from benchmarks/results/results.json --out benchmarks/results/sizes
 
 # The scale curve (1M, 10M, 50M rows), then the grid at 50M rows in 320 files, 5 runs per case
 # and system (not part of `make bench`; many hours on 2 cores).

@@ -280,7 +280,13 @@ def sizes_markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
         f"{meta['commit']}. Seconds are the median of {meta['repeat']} runs (min–max beside it), the "
         "three systems interleaved within each repetition, each on a fresh copy of the same files. "
         f"Target: row_level_merge ≤ {REWRITE_FACTOR}× the full rewrite + {FIXED_ALLOWANCE_S} s. "
-        f"Whole run: {meta['duration_s'] / 60:.1f} min.",
+        f"Whole run: {meta['duration_s'] / 60:.1f} min"
+        + (
+            f" (the {', '.join(f'{n:,}' for n in meta['sizes_from']['rows'])}-row grid is taken from "
+            f"`{meta['sizes_from']['path']}`, a run of the same commit, and not counted here)."
+            if meta.get("sizes_from")
+            else "."
+        ),
     ]
     for rows in sorted({r["rows"] for r in records}):
         at = [r for r in records if r["rows"] == rows]

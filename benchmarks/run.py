@@ -17,13 +17,16 @@ Results go to ``--out`` as JSON, a markdown table and a chart (``report.py``).
 ``--scale`` runs instead the (0.05, 0.01, 0.1) upsert and the 100-row upsert at ``--scale-rows``
 (default 1M, 10M, 50M rows), one repetition per point, with the file size of ``--rows`` /
 ``--files`` kept at every point, and draws the scale chart. ``--sizes 1000000:16,...`` runs the
-selected cases at each ``rows:files`` size in turn (``make bench-sizes``: the grid at 1M, 2M and
-10M rows, 5 repetitions), with each case's spread and the size target (report.py).
+selected cases at each ``rows:files`` size in turn, with each case's spread and the size target
+(report.py); ``--sizes-from results.json`` adds the selected cases of an earlier run of the same
+commit with as many repetitions or more (``make bench-sizes``: the grid at 1M and 2M rows, 5
+repetitions, with the 10M grid of ``make bench``, which would otherwise be timed twice).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -290,6 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", action="store_true", help="run the scale curve instead of the cases")
     parser.add_argument("--scale-rows", default="1000000,10000000,50000000")
     parser.add_argument("--sizes", default="", help="rows:files,... : run the cases at each size")
+    parser.add_argument(
+        "--sizes-from",
+        type=Path,
+        default=None,
+        help="with --sizes: a results.json of this commit whose selected cases are one more size",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results", help="where results are written")
     parser.add_argument("--work", type=Path, default=ROOT / "work", help="scratch space for tables")
     parser.add_argument("--driver-memory", default="4g")
@@ -306,8 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     if args.sizes:
-        records = run_sizes(spark, args, work)
-        report.write_sizes(args.out, meta(args, started, spark), records)
+        earlier = sizes_from(args) if args.sizes_from else []  # refused before hours of runs
+        records = run_sizes(spark, args, work) + earlier
+        about = meta(args, started, spark)
+        if earlier:
+            about["sizes_from"] = {"path": str(args.sizes_from), "rows": sorted({r["rows"] for r in earlier})}
+        report.write_sizes(args.out, about, records)
         print((args.out / "sizes.md").read_text())
     elif args.scale:
         records = run_scale(spark, args, work)
@@ -337,6 +350,28 @@ def run_sizes(spark: SparkSession, args: argparse.Namespace, work: Path) -> list
         )
         for sub in ("base", "sources", "runs"):
             shutil.rmtree(work / sub, ignore_errors=True)
+    return records
+
+
+def sizes_from(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The selected cases of ``args.sizes_from`` (a run.py results.json), if that run timed this
+    commit at least ``args.repeat`` times per case; otherwise SystemExit saying what to run."""
+    path: Path = args.sizes_from
+    if not path.is_file():
+        raise SystemExit(f"--sizes-from {path}: no such file; run `make bench` first")
+    doc = json.loads(path.read_text())
+    found, runs = doc["meta"].get("commit"), doc["meta"].get("repeat", 0)
+    if found != args.commit or "+changes" in str(found) or runs < args.repeat:
+        raise SystemExit(
+            f"--sizes-from {path}: it timed commit {found} {runs} times per case; this run needs "
+            f"commit {args.commit} (no uncommitted changes) at least {args.repeat} times: run `make bench` "
+            "on this commit first"
+        )
+    wanted = {c.name for c in case_list.select(args.cases)}
+    records = [r for r in doc["cases"] if r["case"] in wanted]
+    missing = wanted - {r["case"] for r in records}
+    if missing:
+        raise SystemExit(f"--sizes-from {path}: it has no run of {', '.join(sorted(missing))}")
     return records
 
 
