@@ -3,8 +3,9 @@
 Read from the catalog under the merge's lock (so a column another session added is seen);
 every later phase uses this snapshot. Only plain file tables qualify: Parquet or ORC
 data-source tables (what dbt-spark creates) and Hive-serde tables stored as Parquet/ORC.
-The catalog is read through ``DESCRIBE TABLE EXTENDED ... AS JSON`` (Spark 4), never by
-parsing the human-readable layout, in which a column may be named like a section header.
+The catalog is read through its own entry of a table (session catalog, classic session) or
+``DESCRIBE TABLE EXTENDED ... AS JSON`` (Spark 4), never by parsing the human-readable layout,
+in which a column may be named like a section header.
 """
 
 from __future__ import annotations
@@ -154,7 +155,17 @@ class Description:
 
 
 def describe_table(spark: SparkSession, ident: str) -> Description:
-    """Describe the table ``ident`` (back-quoted SQL name); AnalysisException if it does not exist."""
+    """Describe the table ``ident`` (back-quoted SQL name); AnalysisException if it does not exist.
+
+    A table of the session catalog is read with the catalog's own call (:func:`_catalog_entry`:
+    one metastore request, 41 ms against 93 ms for the statement, which analyzes a command and
+    reads the table twice; measured on 2 busy cores, Derby): every merge describes its target
+    twice, before and under its lock. Anything else, or any doubt, goes through
+    ``DESCRIBE TABLE EXTENDED ... AS JSON``, which also says what is wrong with a name.
+    """
+    found = _catalog_entry(spark, ident)
+    if found is not None:
+        return found
     text = catalog_sql(spark, f"DESCRIBE TABLE EXTENDED {ident} AS JSON").collect()[0][0]
     info: dict[str, Any] = json.loads(text)
     namespace = info.get("namespace")
@@ -173,6 +184,81 @@ def describe_table(spark: SparkSession, ident: str) -> Description:
         properties=tuple(sorted((str(k), str(v)) for k, v in (info.get("table_properties") or {}).items())),
         comment=str(info["comment"]) if info.get("comment") else None,
     )
+
+
+def _catalog_entry(spark: SparkSession, ident: str) -> Description | None:
+    """``ident`` described from the session catalog's entry (CatalogTable), or None: through
+    Connect, for a name of another catalog (or of a session whose current catalog is another),
+    a temporary view's name, a table the catalog does not have, or any failure; the statement
+    then decides, with its own message."""
+    if is_connect(spark):
+        return None
+    try:
+        parts = parse_name(ident)
+        state = spark._jsparkSession.sessionState()
+        if len(parts) == MAX_NAME_PARTS:
+            if parts[0].lower() != DEFAULT_CATALOG:
+                return None
+            parts = parts[1:]
+        elif str(state.catalogManager().currentCatalog().name()).lower() != DEFAULT_CATALOG:
+            return None
+        catalog = state.catalog()
+        if len(parts) == 1:
+            if catalog.getTempView(parts[0]).isDefined():
+                return None
+            database = str(catalog.getCurrentDatabase())
+        elif len(parts) == 2:  # noqa: PLR2004 - database.table
+            database = parts[0]
+            if database.lower() == str(catalog.globalTempDatabase()).lower():
+                return None
+        else:
+            return None
+        jvm = spark.sparkContext._jvm
+        option = jvm_class(jvm, "scala.Option")
+        calls.catalog_call()
+        entry = catalog.getTableMetadata(
+            jvm_class(jvm, "org.apache.spark.sql.catalyst.TableIdentifier")(parts[-1], option.apply(database))
+        )
+        return _entry_description(jvm, entry, (DEFAULT_CATALOG, database, parts[-1]))
+    except Exception:  # noqa: BLE001 - the statement says what is wrong
+        return None
+
+
+def _entry_description(jvm: Any, entry: Any, full_name: tuple[str, ...]) -> Description | None:
+    """What ``DESCRIBE TABLE EXTENDED ... AS JSON`` says about the catalog entry ``entry``
+    (a CatalogTable) of the table named ``full_name`` (as the name was written, as the
+    statement gives it); None for a view, whose properties the statement shows its own way.
+
+    The entry's fields cross in a few round trips, as JSON: its own text map (type, provider,
+    location, serde, comment: exact strings), its schemas, and the properties it shows."""
+    collections = jvm_class(jvm, "scala.jdk.javaapi.CollectionConverters")
+    as_json = _json_writer(jvm).writeValueAsString
+    shown = json.loads(as_json(collections.asJava(entry.toLinkedHashMap())))
+    if str(shown.get("Type") or "").upper() == "VIEW":
+        return None
+    properties = entry.properties().removedAll(entry.ignoredProperties().keys())
+    return Description(
+        table_type=str(shown.get("Type") or "").upper(),
+        provider=str(shown.get("Provider") or "").lower(),
+        serde=str(shown.get("Serde Library") or "").lower(),
+        location=str(shown.get("Location") or ""),
+        partition_columns=tuple(f["name"] for f in json.loads(entry.partitionSchema().json())["fields"]),
+        columns=tuple(f["name"] for f in json.loads(entry.schema().json())["fields"]),
+        full_name=full_name,
+        properties=tuple(sorted(json.loads(as_json(collections.asJava(properties))).items())),
+        comment=shown.get("Comment"),
+    )
+
+
+_writers: dict[int, Any] = {}
+
+
+def _json_writer(jvm: Any) -> Any:
+    """A Jackson ObjectMapper of the JVM ``jvm`` (Spark ships Jackson), made once."""
+    found = _writers.get(id(jvm))
+    if found is None:
+        found = _writers[id(jvm)] = jvm_class(jvm, "com.fasterxml.jackson.databind.ObjectMapper")()
+    return found
 
 
 def catalog_columns(spark: SparkSession, target: TargetTable) -> tuple[str, ...]:
