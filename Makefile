@@ -38,7 +38,7 @@ demo: $(RUN_STAMP) $(if $(CONNECT),$(CONNECT_STAMP))
 # Every test but the `long` ones: lint, unit, engine, dbt functional, the integration project
 # (locally and on a standalone cluster) and the Connect checks.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=40 -m "not long" tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 -m "not long" tests
 
 # Every test, with the reliability campaigns whole (tests/reliability/harness.py, LONG_ENV): a
 # crash after every step of the commit protocol and 20 kill trials, where `make test` crashes
@@ -47,7 +47,7 @@ test: $(STAMP) lint
 # with its victims on the cluster) or crash points a process-kill suite of `make test` also
 # covers (tests/sampling.py; the nmbs_partitioned shape without its compaction).
 test-long: $(STAMP) lint
-	ROWMERGE_LONG=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20 tests
+	ROWMERGE_LONG=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check dbt tests scripts benchmarks
