@@ -9,7 +9,11 @@ Two policies, both per partition (a compaction never moves a row to another part
   rewritten to absorb a tiny one. Work per merge is bounded (``max_files``, ``max_bytes``),
   smallest tiers first; what is left waits for the next merge. As in an LSM tree, a file is
   rewritten about once per tier, so the cost is amortized over the merges that wrote it: an
-  hourly model's small files become one file per tier rather than one per hour.
+  hourly model's small files become one file per tier rather than one per hour. Where the
+  journal knows every file's range of the cluster key, a tier's runs go in key order, and a run
+  whose output's range would take in a file left out of it waits: no compacted file's range
+  has a hole that another file's keys fill, which would make a later merge read (and the
+  one-pass write rewrite) a file that holds none of its keys.
 * **Settling** (after a merge, in a partitioned table): a partition the versions just before
   the merge wrote and the merge did not has settled — an hourly model has moved on to the next
   day. Tiers leave up to ``min_files - 1`` files of each size in it for good (a day of 24
@@ -95,28 +99,37 @@ def tiered(
     max_files: int,
     max_bytes: int,
     idle: Collection[str] = (),
+    neighbours: Sequence[DataFile] = (),
 ) -> list[Group]:
     """The groups a merge compacts now (empty: no tier of any partition is full yet).
 
     Files whose path is in ``idle`` (the table as it was created) never start a compaction:
     they only fill a tier's run once files written since have reached that tier, so a table's
     first merges do not pay for rewriting the table they found, while its small files are
-    still folded in, a run at a time, as the merges' own files grow into their tier."""
+    still folded in, a run at a time, as the merges' own files grow into their tier.
+    ``neighbours``: every file of the table, ``files`` and those left out of this compaction
+    (the merge's own), whose key ranges a run must not take in (:func:`_straddles`)."""
     full = target_bytes * FULL_FRACTION
     ready: list[tuple[int, str, list[DataFile]]] = []
+    around = _by_partition(neighbours or files)
     for partition, found in sorted(_by_partition(files).items()):
+        beside = around.get(partition, found)
+        by_key = _ranges_known([*found, *beside])
         tiers: dict[int, list[DataFile]] = {}
         for f in found:
             if f.size < full:
                 tiers.setdefault(tier(f.size, target_bytes), []).append(f)
         for level, members in sorted(tiers.items()):
-            # written files oldest first, then the idle ones: whole runs of min_files, each
-            # with a written file in it, land in the next tier
-            members.sort(key=lambda f: (f.path in idle, f.order, f.path))
+            # written files lowest key first (oldest first where a range is not known), then
+            # the idle ones: whole runs of min_files, each with a written file in it, land in
+            # the next tier
+            members.sort(key=lambda f: (f.path in idle, _low(f) if by_key else 0, f.order, f.path))
             for start in range(0, len(members) - min_files + 1, min_files):
                 run = members[start : start + min_files]
                 if run[0].path in idle:
                     break
+                if by_key and _straddles(run, beside):
+                    continue  # a later merge, when the run has moved on, or optimize
                 ready.append((level, partition, run))
     ready.sort(key=lambda r: r[0])  # smallest tiers first: most files gone per byte
     out: list[Group] = []
@@ -129,6 +142,41 @@ def tiered(
         taken_files += len(members)
         taken_bytes += size
     return out
+
+
+def _ranges_known(files: Sequence[DataFile]) -> bool:
+    """Whether every file has a known key range whose bounds compare with the others'."""
+    if any(f.key_range is None or None in f.key_range for f in files):
+        return False
+    try:
+        sorted(b for f in files for b in f.key_range)  # type: ignore[union-attr]
+    except TypeError:  # values that do not compare
+        return False
+    return True
+
+
+def _low(f: DataFile) -> Any:
+    assert f.key_range is not None
+    return f.key_range[0]
+
+
+def _straddles(run: Sequence[DataFile], files: Sequence[DataFile]) -> bool:
+    """Whether a file left out of the run lies within the key range the run's output would
+    span (from the run's lowest key to its highest).
+
+    Its keys would then be a hole in the output's range: every one of them would make both
+    files candidates of a later merge (statistics cannot say which holds it), one of them
+    untouched, and the one-pass write would fall back to a scan. A wider file is no reason to
+    wait: its range covered the run's already (a table's unsorted first files span every key,
+    and waiting on them would stop compaction for good).
+    """
+    low = min(_low(f) for f in run)
+    high = max(f.key_range[1] for f in run if f.key_range is not None)
+    members = {f.path for f in run}
+    return any(
+        f.path not in members and f.key_range is not None and low <= f.key_range[0] and f.key_range[1] <= high
+        for f in files
+    )
 
 
 def settled(
