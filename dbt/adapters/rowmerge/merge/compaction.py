@@ -161,21 +161,28 @@ def _low(f: DataFile) -> Any:
 
 
 def _straddles(run: Sequence[DataFile], files: Sequence[DataFile]) -> bool:
-    """Whether a file left out of the run lies within the key range the run's output would
-    span (from the run's lowest key to its highest).
+    """Whether a file left out of the run lies in a gap between the run's own key ranges.
 
-    Its keys would then be a hole in the output's range: every one of them would make both
-    files candidates of a later merge (statistics cannot say which holds it), one of them
-    untouched, and the one-pass write would fall back to a scan. A wider file is no reason to
-    wait: its range covered the run's already (a table's unsorted first files span every key,
-    and waiting on them would stop compaction for good).
+    The run's output spans from its lowest key to its highest; a file outside it whose keys
+    all lie between two of the run's ranges would be a hole in the output's range: every key
+    of it would make both files candidates of a later merge (statistics cannot say which holds
+    it), one of them untouched, and the one-pass write would fall back to a scan. Where the
+    run's ranges leave no gap (files of random keys each span most of the range), nothing
+    waits: the output's range is no wider than its inputs' together.
     """
-    low = min(_low(f) for f in run)
-    high = max(f.key_range[1] for f in run if f.key_range is not None)
+    spans = sorted((f.key_range for f in run if f.key_range is not None), key=lambda r: r[0])
+    gaps: list[tuple[Any, Any]] = []
+    reach = spans[0][1]
+    for low, high in spans[1:]:
+        if low > reach:
+            gaps.append((reach, low))
+        reach = max(reach, high)
     members = {f.path for f in run}
     return any(
-        f.path not in members and f.key_range is not None and low <= f.key_range[0] and f.key_range[1] <= high
+        gap_low < f.key_range[0] and f.key_range[1] < gap_high
         for f in files
+        if f.path not in members and f.key_range is not None
+        for gap_low, gap_high in gaps
     )
 
 
