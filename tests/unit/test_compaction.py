@@ -200,3 +200,17 @@ def test_a_file_left_out_of_the_compaction_still_counts_as_a_neighbour() -> None
     rewritten = DataFile("/t/rewritten", 50 * KB, "", order=99, key_range=(200, 299))
     assert [len(g.files) for g in tiered(others, TARGET, 8, 64, 256 * MB)] == [8]
     assert tiered(others, TARGET, 8, 64, 256 * MB, neighbours=[*others, rewritten]) == []
+
+
+def test_a_short_run_is_filled_with_the_idle_files_nearest_it_in_key_order() -> None:
+    # the table's own small files of keys 0-2, 10-12, 20-22 and two written since (200, 300):
+    # the run of three takes the idle file nearest them (20-22), which leaves no gap with a
+    # file in it; the lowest (0-2) would have left 10-22 in its gap, and waited
+    base = [DataFile(f"/t/base{k}", 50 * KB, "", order=0, key_range=(k, k + 2)) for k in (0, 10, 20)]
+    written = ranged([(200, 200), (300, 300)])
+    idle = {f.path for f in base}
+    groups = tiered([*base, *written], TARGET, 3, 64, 256 * MB, idle)
+    assert [sorted(f.key_range for f in g.files) for g in groups] == [[(20, 22), (200, 200), (300, 300)]]
+    # a merge's own file between them (key 100) is a hole that makes the run wait
+    own = DataFile("/t/own", 50 * KB, "", order=9, key_range=(100, 100))
+    assert tiered([*base, *written], TARGET, 3, 64, 256 * MB, idle, [*base, *written, own]) == []

@@ -120,16 +120,16 @@ def tiered(
             if f.size < full:
                 tiers.setdefault(tier(f.size, target_bytes), []).append(f)
         for level, members in sorted(tiers.items()):
-            # written files lowest key first (oldest first where a range is not known), then
-            # the idle ones: whole runs of min_files, each with a written file in it, land in
-            # the next tier
-            members.sort(key=lambda f: (f.path in idle, _low(f) if by_key else 0, f.order, f.path))
+            if by_key:
+                ready += [(level, partition, run) for run in _key_runs(members, beside, min_files, idle)]
+                continue
+            # written files oldest first, then the idle ones: whole runs of min_files, each
+            # with a written file in it, land in the next tier
+            members.sort(key=lambda f: (f.path in idle, f.order, f.path))
             for start in range(0, len(members) - min_files + 1, min_files):
                 run = members[start : start + min_files]
                 if run[0].path in idle:
                     break
-                if by_key and _straddles(run, beside):
-                    continue  # a later merge, when the run has moved on, or optimize
                 ready.append((level, partition, run))
     ready.sort(key=lambda r: r[0])  # smallest tiers first: most files gone per byte
     out: list[Group] = []
@@ -142,6 +142,48 @@ def tiered(
         taken_files += len(members)
         taken_bytes += size
     return out
+
+
+def _key_runs(
+    members: Sequence[DataFile], beside: Sequence[DataFile], min_files: int, idle: Collection[str]
+) -> list[list[DataFile]]:
+    """A tier's runs where every file's key range is known: the written files in key order,
+    min_files at a time; a last, short run is filled with the idle files nearest it in key
+    order (those between its files first: they would be holes). A run that would still take
+    in a file left out of it waits (:func:`_straddles`)."""
+    written = sorted((f for f in members if f.path not in idle), key=lambda f: (_low(f), f.path))
+    spare = [f for f in members if f.path in idle]
+    runs = []
+    for start in range(0, len(written), min_files):
+        run: list[DataFile] | None = written[start : start + min_files]
+        if run is not None and len(run) < min_files:
+            run = _filled(run, spare, min_files)
+        if run is None:
+            break
+        if not _straddles(run, beside):
+            runs.append(run)
+    return runs
+
+
+def _filled(run: list[DataFile], spare: Sequence[DataFile], min_files: int) -> list[DataFile] | None:
+    """``run`` with idle files added until it holds min_files: those whose keys lie within its
+    span first, then the nearest below or above it in key order; None if too few."""
+    if len(run) + len(spare) < min_files:
+        return None
+    line = sorted([*run, *spare], key=lambda f: (_low(f), f.path))
+    members = {f.path for f in run}
+    first = min(i for i, f in enumerate(line) if f.path in members)
+    last = max(i for i, f in enumerate(line) if f.path in members)
+    taken = list(line[first : last + 1])
+    below, above = first - 1, last + 1
+    while len(taken) < min_files:
+        if below >= 0 and (above >= len(line) or len(taken) % 2):
+            taken.insert(0, line[below])
+            below -= 1
+        else:
+            taken.append(line[above])
+            above += 1
+    return taken
 
 
 def _ranges_known(files: Sequence[DataFile]) -> bool:
