@@ -33,6 +33,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .key_gaps import Others, gaps
+
 # The smallest tier holds files up to base * TIER_FACTOR bytes, tier k up to
 # base * TIER_FACTOR ** (k + 1), where base is the target size / TIER_BASE_DIVISOR (64 KB for
 # 128 MB): tiers 0-2 then end at 512 KB, 4 MB and 32 MB (a quarter of the target). With the
@@ -203,29 +205,19 @@ def _low(f: DataFile) -> Any:
 
 
 def _straddles(run: Sequence[DataFile], files: Sequence[DataFile]) -> bool:
-    """Whether a file left out of the run lies in a gap between the run's own key ranges.
-
-    The run's output spans from its lowest key to its highest; a file outside it whose keys
-    all lie between two of the run's ranges would be a hole in the output's range: every key
-    of it would make both files candidates of a later merge (statistics cannot say which holds
-    it), one of them untouched, and the one-pass write would fall back to a scan. Where the
-    run's ranges leave no gap (files of random keys each span most of the range), nothing
-    waits: the output's range is no wider than its inputs' together.
-    """
-    spans = sorted((f.key_range for f in run if f.key_range is not None), key=lambda r: r[0])
-    gaps: list[tuple[Any, Any]] = []
-    reach = spans[0][1]
-    for low, high in spans[1:]:
-        if low > reach:
-            gaps.append((reach, low))
-        reach = max(reach, high)
+    """Whether a file left out of the run holds keys in a gap between the run's own key ranges
+    (:mod:`.key_gaps`): the run's output would span them, and a later merge touching one would
+    find both files candidates. Where the run's ranges leave no gap (files of random keys each
+    span most of the range), nothing waits: the output's range is no wider than its inputs'
+    together; nor for a file that spans the whole run (see :meth:`.key_gaps.Others.hold_keys_in`)."""
+    spans = [f.key_range for f in run if f.key_range is not None]
+    holes = gaps(spans)
+    if not holes:
+        return False
+    written = (min(low for low, _ in spans), max(high for _, high in spans))
     members = {f.path for f in run}
-    return any(
-        gap_low < f.key_range[0] and f.key_range[1] < gap_high
-        for f in files
-        if f.path not in members and f.key_range is not None
-        for gap_low, gap_high in gaps
-    )
+    others = Others(f.key_range for f in files if f.path not in members and f.key_range is not None)
+    return any(others.hold_keys_in(hole, written) for hole in holes)
 
 
 def settled(

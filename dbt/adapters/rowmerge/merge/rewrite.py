@@ -12,6 +12,7 @@ also writes the feed's rows (:func:`feed_rows`).
 
 from __future__ import annotations
 
+import posixpath
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from .filestats import FileSummary, indexed_columns, summarize_files
+from .key_gaps import Span, rewrite_groups
 from .outputs import (
     DELETE,
     FILE,
@@ -105,15 +107,39 @@ def touched_join(
     source: MaterializedSource,
     touched: list[str],
     acts: bool = True,
+    groups: Sequence[Sequence[str]] | None = None,
 ) -> TouchedJoin:
     """The rows of ``touched`` files, target preserved, joined with the (broadcast) source.
 
     ``acts``: whether :meth:`TouchedJoin.acts` tells updates that change nothing from the
     others (the no-op check costs a comparison of every value the update writes).
+    ``groups``: the files in groups no task may read across (:func:`task_groups`).
     """
-    target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
+    frame = target_frame(spark, plan)
+    parts = [
+        frame.where(F.col(FILE).isin(list(g))) for g in (groups if groups and len(groups) > 1 else [touched])
+    ]
+    # A scan per group: Spark packs small files of one scan into a task, never across scans.
+    target = reduce(DataFrame.union, parts)
     joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
     return TouchedJoin(plan, decide(plan, joined, ["matched", "not_matched_by_source"], acts))
+
+
+def task_groups(
+    touched: Sequence[str], spans: Mapping[str, Span | None] | None, storage: Storage
+) -> list[list[str]]:
+    """The ``touched`` files (Spark's paths) in groups whose files a task of the rewrite may
+    read together (:func:`.key_gaps.rewrite_groups`), given every file's key range
+    (``spans``, qualified paths; None or empty: unknown, one group).
+
+    Spark packs small files into one task, and a task writes one file (per partition) from
+    all the rows it read: two touched files with an untouched one between them in key order
+    would become one file whose range holds the untouched file's keys."""
+    if not spans or len(touched) < 2:
+        return [list(touched)]
+    qualified = {storage.from_spark_path(p): p for p in touched}
+    groups = rewrite_groups(list(qualified), spans, posixpath.dirname)
+    return [[qualified[p] for p in g] for g in groups]
 
 
 def single_task(plan: MergePlan, source: MaterializedSource, candidate_rows: int) -> bool:
@@ -223,14 +249,16 @@ def rewritten_rows(
     touched: list[str],
     one_pass: OnePass | None = None,
     feed: bool = False,
+    groups: Sequence[Sequence[str]] | None = None,
 ) -> DataFrame:
     """All rows of the touched files after the merge (deleted rows dropped, or with ``feed``
     routed to the feed only); ``one_pass``
     observes the join on the way. With ``feed``, also the change rows of the clauses that
-    act, each row with its output in :data:`KIND` (see :func:`feed_rows`)."""
+    act, each row with its output in :data:`KIND` (see :func:`feed_rows`). ``groups``: see
+    :func:`touched_join`."""
     # The rewrite itself writes an update's values whether or not they change anything;
     # only the one-pass write and the change feed tell which updates really act.
-    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None or feed)
+    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None or feed, groups=groups)
     values = [output_value(plan, f.name).alias(f.name) for f in plan.output_fields]
     # Rows an update writes are checked against the constraints (copied rows were checked
     # when they were written).
@@ -424,6 +452,7 @@ def write_changes(
     storage: Storage,
     one_pass: OnePass | None = None,
     feed_dir: str | None = None,
+    groups: Sequence[Sequence[str]] | None = None,
 ) -> tuple[list[StagedFile], dict[str, int]]:
     """Write rewritten + inserted rows into ``staging``.
 
@@ -433,7 +462,8 @@ def write_changes(
     task from the same join: :func:`single_task_rows`), and ``one_pass``
     observes what the clauses did. With ``feed_dir`` the same job writes there the table's
     files and the change feed's rows, each output in a folder of its own (see
-    :func:`feed_rows`), and ``staging`` is not used.
+    :func:`feed_rows`), and ``staging`` is not used. ``groups``: the touched files in groups
+    no task reads across (:func:`task_groups`); a single task joins only one group.
     """
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
@@ -452,7 +482,7 @@ def write_changes(
     elif touched:
         # With the source broadcast, each task reads one touched file (or packs a few small
         # ones) and writes its replacement: file sizes stay near the table's own.
-        parts.append(rewritten_rows(spark, plan, source, touched, one_pass, feed))
+        parts.append(rewritten_rows(spark, plan, source, touched, one_pass, feed, groups))
     if plan.not_matched and not single and (scan is None or scan.inserted > 0 or one_pass is not None):
         among = "outside" if one_pass is not None and one_pass.inserts_by_statistics else "all"
         inserts = inserted_rows(plan, source, target, scan, among)
