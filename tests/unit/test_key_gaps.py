@@ -79,3 +79,21 @@ def test_files_without_a_range_go_together_apart_from_the_others() -> None:
     assert rewrite_groups(["/t/a", "/t/d"], {"/t/a": (0, 9), "/t/d": (20, 29), "/t/x": None}, folder) == [
         ["/t/a", "/t/d"]
     ]
+
+
+def test_a_wide_untouched_file_keeps_no_files_apart_but_one_reaching_into_the_gap_does() -> None:
+    spans = {"/t/a": (0, 9), "/t/b": (20, 29), "/t/base": (0, 1000)}
+    assert rewrite_groups(["/t/a", "/t/b"], spans, folder) == [["/t/a", "/t/b"]]
+    spans["/t/late"] = (5, 15)  # keys 10-15 lie between a and b
+    assert rewrite_groups(["/t/a", "/t/b"], spans, folder) == [["/t/a"], ["/t/b"]]
+
+
+def test_many_files_are_grouped_in_key_order_whatever_the_order_given() -> None:
+    spans = {f"/t/f{k:03d}": (k * 10, k * 10 + 9) for k in range(200)}
+    touched = [f"/t/f{k:03d}" for k in (150, 3, 4, 5, 90, 91, 199)]
+    assert rewrite_groups(touched, spans, folder) == [
+        ["/t/f003", "/t/f004", "/t/f005"],
+        ["/t/f090", "/t/f091"],
+        ["/t/f150"],
+        ["/t/f199"],
+    ]

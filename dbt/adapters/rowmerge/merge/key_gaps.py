@@ -52,13 +52,16 @@ class Others:
         from spans every key), so it is no reason to keep files apart, and waiting for it to
         go would keep them apart for good."""
         low, high = gap
-        below = bisect_left(self._lows, high)  # files starting below the gap's upper end
-        if below == 0 or self._reach[below - 1] <= low:
-            return False  # none reaches into the gap
         first, last = written
-        return any(
-            o_high > low and not (o_low <= first and o_high >= last) for o_low, o_high in self._spans[:below]
-        )
+        # files starting below the gap's upper end, nearest first, while some of them (or one
+        # before them) still reaches above the gap's lower end
+        i = bisect_left(self._lows, high) - 1
+        while i >= 0 and self._reach[i] > low:
+            o_low, o_high = self._spans[i]
+            if o_high > low and not (o_low <= first and o_high >= last):
+                return True
+            i -= 1
+        return False
 
 
 def rewrite_groups(

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from .filestats import FileSummary, indexed_columns, summarize_files
+from .journal.layout import TASK_GROUP
 from .key_gaps import Span, rewrite_groups
 from .outputs import (
     DELETE,
@@ -107,20 +108,13 @@ def touched_join(
     source: MaterializedSource,
     touched: list[str],
     acts: bool = True,
-    groups: Sequence[Sequence[str]] | None = None,
 ) -> TouchedJoin:
     """The rows of ``touched`` files, target preserved, joined with the (broadcast) source.
 
     ``acts``: whether :meth:`TouchedJoin.acts` tells updates that change nothing from the
     others (the no-op check costs a comparison of every value the update writes).
-    ``groups``: the files in groups no task may read across (:func:`task_groups`).
     """
-    frame = target_frame(spark, plan)
-    parts = [
-        frame.where(F.col(FILE).isin(list(g))) for g in (groups if groups and len(groups) > 1 else [touched])
-    ]
-    # A scan per group: Spark packs small files of one scan into a task, never across scans.
-    target = reduce(DataFrame.union, parts)
+    target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
     joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
     return TouchedJoin(plan, decide(plan, joined, ["matched", "not_matched_by_source"], acts))
 
@@ -134,12 +128,30 @@ def task_groups(
 
     Spark packs small files into one task, and a task writes one file (per partition) from
     all the rows it read: two touched files with an untouched one between them in key order
-    would become one file whose range holds the untouched file's keys."""
+    would become one file whose range holds the untouched file's keys. With more than one
+    group the write puts each group's rows in files of their own (:func:`_task_group`)."""
     if not spans or len(touched) < 2:
         return [list(touched)]
     qualified = {storage.from_spark_path(p): p for p in touched}
     groups = rewrite_groups(list(qualified), spans, posixpath.dirname)
     return [[qualified[p] for p in g] for g in groups]
+
+
+def _grouped(groups: Sequence[Sequence[str]] | None) -> bool:
+    return groups is not None and len(groups) > 1
+
+
+def _task_group(groups: Sequence[Sequence[str]]) -> Column:
+    """The group (:func:`task_groups`) of the file a row comes from, NULL for a row of no file
+    (an insert): a partition column of the write, so a task that read files of several groups
+    writes each group's rows to files of their own, without a shuffle or a second scan (a scan
+    per group costs Spark tens of milliseconds each to plan). The files are told apart by a
+    64-bit hash of their path, looked up in a map of the touched files' hashes."""
+    entries = [x for i, g in enumerate(groups) for path in g for x in (F.xxhash64(F.lit(path)), F.lit(i))]
+    file = F.col(FILE)
+    return F.when(file.isNotNull(), F.try_element_at(F.create_map(*entries), F.xxhash64(file))).alias(
+        TASK_GROUP
+    )
 
 
 def single_task(plan: MergePlan, source: MaterializedSource, candidate_rows: int) -> bool:
@@ -254,11 +266,11 @@ def rewritten_rows(
     """All rows of the touched files after the merge (deleted rows dropped, or with ``feed``
     routed to the feed only); ``one_pass``
     observes the join on the way. With ``feed``, also the change rows of the clauses that
-    act, each row with its output in :data:`KIND` (see :func:`feed_rows`). ``groups``: see
-    :func:`touched_join`."""
+    act, each row with its output in :data:`KIND` (see :func:`feed_rows`). With ``groups``
+    (:func:`task_groups`), each row also holds its file's group (:func:`_task_group`)."""
     # The rewrite itself writes an update's values whether or not they change anything;
     # only the one-pass write and the change feed tell which updates really act.
-    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None or feed, groups=groups)
+    tj = touched_join(spark, plan, source, touched, acts=one_pass is not None or feed)
     values = [output_value(plan, f.name).alias(f.name) for f in plan.output_fields]
     # Rows an update writes are checked against the constraints (copied rows were checked
     # when they were written).
@@ -291,8 +303,13 @@ def rewritten_rows(
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
     if once:
         out = out.dropDuplicates([FILE, ROW])
+    carried = []
+    if _grouped(groups):
+        assert groups is not None
+        out = out.withColumn(TASK_GROUP, _task_group(groups))
+        carried = [TASK_GROUP]
     out = out.drop(FILE, ROW)
-    return _routed(plan, out) if feed else out
+    return _routed(plan, out, carried=carried) if feed else out
 
 
 def single_task_rows(
@@ -302,6 +319,7 @@ def single_task_rows(
     touched: list[str],
     one_pass: OnePass,
     feed: bool = False,
+    groups: Sequence[Sequence[str]] | None = None,
 ) -> DataFrame:
     """Every row a one-pass merge writes when it joins in a single task
     (:func:`single_task_join`): the touched files' rows after the merge and the inserts, out
@@ -312,7 +330,8 @@ def single_task_rows(
     touched files) once for each. Here each joined row is routed by whether it holds a target
     row: those are rewritten (the matched clauses decide), the source rows that matched
     nothing are inserted (the not_matched clauses decide), each kind's conditions evaluated
-    only on its own rows. The rows leave in the join's key order, inserts among them.
+    only on its own rows. The rows leave in the join's key order, inserts among them; with
+    ``groups``, each with its file's group (NULL for an insert: :func:`_task_group`).
     """
     joined = single_task_join(spark, plan, source, touched, one_pass.candidate_rows)
     present = F.col(q(plan.ta, FILE)).isNotNull()
@@ -344,8 +363,13 @@ def single_task_rows(
     out = one_pass.observe(out)
     if plan.constraints:
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
+    carried = []
+    if _grouped(groups):
+        assert groups is not None
+        out = out.withColumn(TASK_GROUP, _task_group(groups))
+        carried = [TASK_GROUP]
     if feed:
-        return _routed(plan, out, present)
+        return _routed(plan, out, present, carried)
     kept = (present & ~F.col(_DEL)) | F.col(_INS)
     return out.where(kept).drop(FILE, _UPD, _DEL, _INS)
 
@@ -359,24 +383,30 @@ def _old_values(plan: MergePlan) -> list[Column]:
     return [old_value(plan, f.name).alias(_old(i)) for i, f in enumerate(plan.output_fields)]
 
 
-def _routed(plan: MergePlan, rows: DataFrame, present: Column | None = None) -> DataFrame:
+def _routed(
+    plan: MergePlan, rows: DataFrame, present: Column | None = None, carried: Sequence[str] = ()
+) -> DataFrame:
     """``rows`` (output values, the :data:`_UPD`/:data:`_DEL` flags and the old values of
     :func:`_old_values`) as the rows the write with the change feed writes, each with its
     output in :data:`KIND`: a deleted row to the feed only, an updated one to the table's
     files and twice to the feed (pre- and post-image), a copied one to the files only.
     ``present``: whether a row holds a target row; where it does not, the :data:`_INS` flag
-    says whether it is inserted (to the files and the feed) or dropped."""
+    says whether it is inserted (to the files and the feed) or dropped. ``carried``: columns
+    the table's files' rows keep (the feed's rows hold NULL there)."""
     names = [f.name for f in plan.output_fields]
     new = [F.col(q(n)) for n in names]
     old = [F.col(_old(i)).alias(n) for i, n in enumerate(names)]
-    data = _output(new, DATA)
-    outputs = F.when(F.col(_DEL), F.array(_output(old, DELETE))).when(
-        F.col(_UPD), F.array(data, _output(old, PREIMAGE), _output(new, POSTIMAGE))
+    kept = [F.col(q(c)).alias(c) for c in carried]
+    none = [F.lit(None).cast(rows.schema[c].dataType).alias(c) for c in carried]
+    data = _output([*new, *kept], DATA)
+    outputs = F.when(F.col(_DEL), F.array(_output([*old, *none], DELETE))).when(
+        F.col(_UPD), F.array(data, _output([*old, *none], PREIMAGE), _output([*new, *none], POSTIMAGE))
     )
     if present is None:
         outputs = outputs.otherwise(F.array(data))
     else:  # NULL (no row) for a source row nothing inserts
-        outputs = outputs.when(present, F.array(data)).when(F.col(_INS), F.array(data, _output(new, INSERT)))
+        inserted = _output([*new, *none], INSERT)
+        outputs = outputs.when(present, F.array(data)).when(F.col(_INS), F.array(data, inserted))
     return rows.select(F.explode(outputs).alias("r")).select("r.*")
 
 
@@ -474,19 +504,24 @@ def write_changes(
     if plan.not_matched:
         expected = scan.inserted if scan is not None and one_pass is None else source.num_rows
     single = one_pass is not None and one_pass.single_task and bool(touched)
+    grouped = bool(touched) and _grouped(groups)
     if single:
         assert one_pass is not None
         # One task joins, rewrites and inserts: the rows come out in key order, cut into
         # files no bigger than the largest one replaced (rewrite_file_cap).
-        parts.append(single_task_rows(spark, plan, source, touched, one_pass, feed))
+        parts.append(
+            single_task_rows(spark, plan, source, touched, one_pass, feed, groups if grouped else None)
+        )
     elif touched:
         # With the source broadcast, each task reads one touched file (or packs a few small
         # ones) and writes its replacement: file sizes stay near the table's own.
-        parts.append(rewritten_rows(spark, plan, source, touched, one_pass, feed, groups))
+        parts.append(
+            rewritten_rows(spark, plan, source, touched, one_pass, feed, groups if grouped else None)
+        )
     if plan.not_matched and not single and (scan is None or scan.inserted > 0 or one_pass is not None):
         among = "outside" if one_pass is not None and one_pass.inserts_by_statistics else "all"
-        inserts = inserted_rows(plan, source, target, scan, among)
-        parts.append(_spread_inserts(plan, inserts, expected, feed))
+        inserts = _spread_inserts(plan, inserted_rows(plan, source, target, scan, among), expected, feed)
+        parts.append(inserts.withColumn(TASK_GROUP, F.lit(None).cast("int")) if grouped else inserts)
     if not parts:
         return [], {}
     fmt = plan.target.file_format
@@ -494,7 +529,7 @@ def write_changes(
     counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     cap = rewrite_file_cap(counts, expected) if counts else None
-    listed = _save(spark, plan, out, staging, feed_dir, cap)
+    listed = _save(spark, plan, out, staging, feed_dir, cap, grouped=grouped)
     fields = indexed_columns(plan.output_fields, pcols)
     return staged_files(fmt, listed, storage, removed, fields, counts)
 
@@ -526,13 +561,18 @@ def write_missed_inserts(
     storage: Storage,
     feed_dir: str | None,
     written: Sequence[StagedFile],
+    groups: Sequence[Sequence[str]] | None = None,
 ) -> list[StagedFile]:
     """After a one-pass write that took its inserts from statistics, in which ``missed`` source
     rows with keys inside the files' ranges matched no row of ``target`` (the candidates):
-    write the inserts among them next to the ``written`` files; return the new files."""
+    write the inserts among them next to the ``written`` files; return the new files. With the
+    write's ``groups``, in its layout (the rows of no touched file's group)."""
     inserts = inserted_rows(plan, source, target, None, "inside")
     out = _spread_inserts(plan, inserts, missed, feed_dir is not None)
-    listed = _save(spark, plan, out, staging, feed_dir, None, append=True)
+    grouped = _grouped(groups)
+    if grouped:
+        out = out.withColumn(TASK_GROUP, F.lit(None).cast("int"))
+    listed = _save(spark, plan, out, staging, feed_dir, None, append=True, grouped=grouped)
     fields = indexed_columns(plan.output_fields, list(plan.target.partition_columns))
     known = {f.path for f in written}
     return staged_files(plan.target.file_format, listed, storage, fields=fields, known=known)[0]
@@ -562,11 +602,14 @@ def _save(
     feed_dir: str | None,
     cap: int | None,
     append: bool = False,
+    grouped: bool = False,
 ) -> str:
     """Write ``out`` into ``staging`` partitioned like the table, or with ``feed_dir`` into
     that folder, each output in a folder of its own (see :func:`feed_rows`); at most ``cap``
-    rows per file. Return the folder holding the table's new files."""
-    pcols = list(plan.target.partition_columns)
+    rows per file; ``grouped``: in a folder per task group first (:func:`_task_group`), which
+    the journal drops from the path when it places the files (``journal.layout.placed``).
+    Return the folder holding the table's new files."""
+    pcols = [*([TASK_GROUP] if grouped else []), *plan.target.partition_columns]
     writer = out.write.format(plan.target.file_format)
     if append:
         writer = writer.mode("append")
@@ -577,7 +620,11 @@ def _save(
     if cap is not None:
         writer = writer.option("maxRecordsPerFile", str(cap))
     if feed_dir is None:
-        writer.save(staging)
+        if grouped:
+            with concurrent_writers(spark):  # a task keeps its groups' files open: no sort
+                writer.save(staging)
+        else:
+            writer.save(staging)
         return staging
     with concurrent_writers(spark):
         writer.save(feed_dir)

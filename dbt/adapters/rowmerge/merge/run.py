@@ -415,8 +415,7 @@ def _merge(
             )
             candidate_rows = sum(commit.skipping.rows[p] for p in files)
             groups = task_groups([u for u, _ in pairs], commit.skipping.key_spans(), journal.storage)
-            # one task writes its rows in key order: only files that may share a task
-            single = single_task(plan, source, candidate_rows) and len(groups) == 1
+            single = single_task(plan, source, candidate_rows)
             observed = OnePass(
                 candidate_rows=candidate_rows,
                 single_task=single,
@@ -607,7 +606,7 @@ def _write_one_pass(
             # the inserts among them were not written yet.
             metrics["onePassInsertsRechecked"] = 1
             staged += write_missed_inserts(
-                spark, plan, source, pruned, missed, staging.data_dir, storage, feed_dir, staged
+                spark, plan, source, pruned, missed, staging.data_dir, storage, feed_dir, staged, groups
             )
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)
