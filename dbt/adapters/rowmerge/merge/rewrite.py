@@ -493,7 +493,8 @@ def write_changes(
     observes what the clauses did. With ``feed_dir`` the same job writes there the table's
     files and the change feed's rows, each output in a folder of its own (see
     :func:`feed_rows`), and ``staging`` is not used. ``groups``: the touched files in groups
-    no task reads across (:func:`task_groups`); a single task joins only one group.
+    of key neighbours (:func:`task_groups`); with more than one, each group's rows go to files
+    of their own.
     """
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
