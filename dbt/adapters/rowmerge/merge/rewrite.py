@@ -129,7 +129,7 @@ def task_groups(
     Spark packs small files into one task, and a task writes one file (per partition) from
     all the rows it read: two touched files with an untouched one between them in key order
     would become one file whose range holds the untouched file's keys. With more than one
-    group the write puts each group's rows in files of their own (:func:`_task_group`)."""
+    group the write puts each file's rows in files of their own (:func:`_task_group`)."""
     if not spans or len(touched) < 2:
         return [list(touched)]
     qualified = {storage.from_spark_path(p): p for p in touched}
@@ -141,17 +141,17 @@ def _grouped(groups: Sequence[Sequence[str]] | None) -> bool:
     return groups is not None and len(groups) > 1
 
 
-def _task_group(groups: Sequence[Sequence[str]]) -> Column:
-    """The group (:func:`task_groups`) of the file a row comes from, NULL for a row of no file
-    (an insert): a partition column of the write, so a task that read files of several groups
-    writes each group's rows to files of their own, without a shuffle or a second scan (a scan
-    per group costs Spark tens of milliseconds each to plan). The files are told apart by a
-    64-bit hash of their path, looked up in a map of the touched files' hashes."""
-    entries = [x for i, g in enumerate(groups) for path in g for x in (F.xxhash64(F.lit(path)), F.lit(i))]
+def _task_group() -> Column:
+    """The task group of a row in a write whose touched files fall in more than one group of
+    key neighbours (:func:`task_groups`): its file's own, a non-negative 63-bit hash of the
+    file's path (NULL for a row of no file, an insert). A partition column of the write, so a
+    task that read several files writes each file's rows to files of their own, without a
+    shuffle or a second scan (a scan per group costs Spark tens of milliseconds each to plan)
+    and without a lookup per row (a map of the touched files is searched entry by entry).
+    Files that may share a task no longer do in such a write; the one-group write, the usual
+    one, packs them as before, and compaction packs small files in key order."""
     file = F.col(FILE)
-    return F.when(file.isNotNull(), F.try_element_at(F.create_map(*entries), F.xxhash64(file))).alias(
-        TASK_GROUP
-    )
+    return F.when(file.isNotNull(), F.xxhash64(file).bitwiseAND(F.lit(2**63 - 1))).alias(TASK_GROUP)
 
 
 def single_task(plan: MergePlan, source: MaterializedSource, candidate_rows: int) -> bool:
@@ -261,13 +261,13 @@ def rewritten_rows(
     touched: list[str],
     one_pass: OnePass | None = None,
     feed: bool = False,
-    groups: Sequence[Sequence[str]] | None = None,
+    grouped: bool = False,
 ) -> DataFrame:
     """All rows of the touched files after the merge (deleted rows dropped, or with ``feed``
     routed to the feed only); ``one_pass``
     observes the join on the way. With ``feed``, also the change rows of the clauses that
-    act, each row with its output in :data:`KIND` (see :func:`feed_rows`). With ``groups``
-    (:func:`task_groups`), each row also holds its file's group (:func:`_task_group`)."""
+    act, each row with its output in :data:`KIND` (see :func:`feed_rows`). ``grouped``: each
+    row also holds its task group (:func:`_task_group`)."""
     # The rewrite itself writes an update's values whether or not they change anything;
     # only the one-pass write and the change feed tell which updates really act.
     tj = touched_join(spark, plan, source, touched, acts=one_pass is not None or feed)
@@ -304,9 +304,8 @@ def rewritten_rows(
     if once:
         out = out.dropDuplicates([FILE, ROW])
     carried = []
-    if _grouped(groups):
-        assert groups is not None
-        out = out.withColumn(TASK_GROUP, _task_group(groups))
+    if grouped:
+        out = out.withColumn(TASK_GROUP, _task_group())
         carried = [TASK_GROUP]
     out = out.drop(FILE, ROW)
     return _routed(plan, out, carried=carried) if feed else out
@@ -319,7 +318,7 @@ def single_task_rows(
     touched: list[str],
     one_pass: OnePass,
     feed: bool = False,
-    groups: Sequence[Sequence[str]] | None = None,
+    grouped: bool = False,
 ) -> DataFrame:
     """Every row a one-pass merge writes when it joins in a single task
     (:func:`single_task_join`): the touched files' rows after the merge and the inserts, out
@@ -330,8 +329,8 @@ def single_task_rows(
     touched files) once for each. Here each joined row is routed by whether it holds a target
     row: those are rewritten (the matched clauses decide), the source rows that matched
     nothing are inserted (the not_matched clauses decide), each kind's conditions evaluated
-    only on its own rows. The rows leave in the join's key order, inserts among them; with
-    ``groups``, each with its file's group (NULL for an insert: :func:`_task_group`).
+    only on its own rows. The rows leave in the join's key order, inserts among them;
+    ``grouped``: each with its task group (:func:`_task_group`).
     """
     joined = single_task_join(spark, plan, source, touched, one_pass.candidate_rows)
     present = F.col(q(plan.ta, FILE)).isNotNull()
@@ -364,9 +363,8 @@ def single_task_rows(
     if plan.constraints:
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
     carried = []
-    if _grouped(groups):
-        assert groups is not None
-        out = out.withColumn(TASK_GROUP, _task_group(groups))
+    if grouped:
+        out = out.withColumn(TASK_GROUP, _task_group())
         carried = [TASK_GROUP]
     if feed:
         return _routed(plan, out, present, carried)
@@ -493,7 +491,7 @@ def write_changes(
     observes what the clauses did. With ``feed_dir`` the same job writes there the table's
     files and the change feed's rows, each output in a folder of its own (see
     :func:`feed_rows`), and ``staging`` is not used. ``groups``: the touched files in groups
-    of key neighbours (:func:`task_groups`); with more than one, each group's rows go to files
+    of key neighbours (:func:`task_groups`); with more than one, each file's rows go to files
     of their own.
     """
     pcols = list(plan.target.partition_columns)
@@ -510,19 +508,15 @@ def write_changes(
         assert one_pass is not None
         # One task joins, rewrites and inserts: the rows come out in key order, cut into
         # files no bigger than the largest one replaced (rewrite_file_cap).
-        parts.append(
-            single_task_rows(spark, plan, source, touched, one_pass, feed, groups if grouped else None)
-        )
+        parts.append(single_task_rows(spark, plan, source, touched, one_pass, feed, grouped))
     elif touched:
         # With the source broadcast, each task reads one touched file (or packs a few small
         # ones) and writes its replacement: file sizes stay near the table's own.
-        parts.append(
-            rewritten_rows(spark, plan, source, touched, one_pass, feed, groups if grouped else None)
-        )
+        parts.append(rewritten_rows(spark, plan, source, touched, one_pass, feed, grouped))
     if plan.not_matched and not single and (scan is None or scan.inserted > 0 or one_pass is not None):
         among = "outside" if one_pass is not None and one_pass.inserts_by_statistics else "all"
         inserts = _spread_inserts(plan, inserted_rows(plan, source, target, scan, among), expected, feed)
-        parts.append(inserts.withColumn(TASK_GROUP, F.lit(None).cast("int")) if grouped else inserts)
+        parts.append(inserts.withColumn(TASK_GROUP, F.lit(None).cast("long")) if grouped else inserts)
     if not parts:
         return [], {}
     fmt = plan.target.file_format
@@ -572,7 +566,7 @@ def write_missed_inserts(
     out = _spread_inserts(plan, inserts, missed, feed_dir is not None)
     grouped = _grouped(groups)
     if grouped:
-        out = out.withColumn(TASK_GROUP, F.lit(None).cast("int"))
+        out = out.withColumn(TASK_GROUP, F.lit(None).cast("long"))
     listed = _save(spark, plan, out, staging, feed_dir, None, append=True, grouped=grouped)
     fields = indexed_columns(plan.output_fields, list(plan.target.partition_columns))
     known = {f.path for f in written}

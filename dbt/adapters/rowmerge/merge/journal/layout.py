@@ -141,8 +141,8 @@ def below(path: str, folder: str) -> str:
 def placed(rel: str) -> str:
     """A staged data file's path below its staging folder as placed in the table.
 
-    A write that kept touched files apart staged them in a folder per group
-    (``rowmerge-task-group=3/<partition folders>/part-00001-<job>.c000.snappy.parquet``), where
+    A write that kept touched files apart staged them in a folder per task group (a number:
+    ``rowmerge-task-group=3/<partition folders>/part-00001-<job>.c000.snappy.parquet``), where
     a task's files of different groups have the same name: in the table the group folder goes
     and the name takes the group (``<partition folders>/g3-part-00001-...``; ``gn-`` for the
     rows of no touched file). Any other path stays as it is."""
