@@ -8,6 +8,7 @@ exactly the result the scan path gives: same rows, same untouched files, same er
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -184,8 +185,8 @@ CLAUSES = [
 SOURCE = [
     (1, "A", "u"),
     (2, None, "d"),
-    (5, "E", "u"),
-    (6, None, "d"),
+    (3, "C", "u"),
+    (4, None, "d"),
     (9, "I", "u"),
     (10, "J", "d"),
     (None, "N", "u"),
@@ -211,14 +212,15 @@ def test_single_task_and_broadcast_joins_write_the_same(spark, db, partitioned) 
     assert [r[:2] for r in got] == [
         (None, "N"),
         (1, "A"),
-        (3, "c"),
-        (4, "d"),
-        (5, "E"),
+        (3, "C"),
+        (5, "e"),
+        (6, "f"),
         (7, "g"),
         (8, "h"),
         (9, "I"),
     ]
-    # Keys 1, 2, 5 and 6: two files, or four once each file is split by partition.
+    # Keys 1-4: two files next to each other in key order (they may share the single task),
+    # or four once each file is split by partition.
     assert (counts, removed) == ([2, 2, 2], 4 if partitioned else 2)
 
 
@@ -251,25 +253,96 @@ def test_not_matched_clauses_name_source_columns_unqualified_on_both_joins(spark
     assert outcomes[0] == expected
 
 
-def test_single_task_rewrite_keeps_files_no_bigger_and_key_ranges_apart(spark, db) -> None:
-    """The rewritten rows come out of one task in key order and are cut at the largest replaced
-    file's row count: the files replacing two far-apart ones cover their own ranges again."""
+def file_ranges(spark, t: str) -> list[tuple[int, int, int]]:
+    """(lowest id, highest id, rows) of every file of ``t``."""
+    found = spark.table(t).groupBy("_metadata.file_path").agg(F.min("id"), F.max("id"), F.count("*"))
+    return sorted(tuple(r) for r in found.select("min(id)", "max(id)", "count(1)").collect())
+
+
+def test_single_task_rewrite_keeps_files_no_bigger(spark, db) -> None:
+    """The rewritten rows of neighbouring files come out of one task in key order and are cut
+    at the largest replaced file's row count."""
     t = f"{db}.t"
-    create_table(spark, t, "id long, v string", [[(i, "x") for i in range(k, k + 10)] for k in (0, 100, 200)])
-    src = source_view(spark, f"{db}_src", "id long, v string", [(5, "A"), (205, "B"), (300, "C")])
+    create_table(spark, t, "id long, v string", [[(i, "x") for i in range(k, k + 10)] for k in (0, 10, 100)])
+    src = source_view(spark, f"{db}_src", "id long, v string", [(5, "A"), (15, "B"), (300, "C")])
     before = file_snapshot(spark, t)
     m = merge(spark, t, src, UPSERT, auto_compact=False).metrics
     assert (m["onePassSingleTask"], m["numTargetFilesRemoved"], m["numTargetRowsInserted"]) == (1, 2, 1)
-    ranges = sorted(
-        tuple(r)
-        for r in spark.table(t)
-        .groupBy("_metadata.file_path")
-        .agg(F.min("id"), F.max("id"), F.count("*"))
-        .select("min(id)", "max(id)", "count(1)")
-        .collect()
-    )
-    assert ranges == [(0, 9, 10), (100, 109, 10), (200, 209, 10), (300, 300, 1)]
+    assert file_ranges(spark, t) == [(0, 9, 10), (10, 19, 10), (100, 109, 10), (300, 300, 1)]
     assert len(kept_files(before, file_snapshot(spark, t))) == 1
+
+
+@pytest.mark.parametrize("limit", [SINGLE_TASK_ROWS.get(), 0], ids=["single_task", "broadcast"])
+@pytest.mark.parametrize("with_feed", [False, True], ids=["no_feed", "feed"])
+def test_files_with_an_untouched_one_between_them_are_rewritten_apart(spark, db, limit, with_feed) -> None:
+    """Touched files with an untouched one between them in key order never end up in one
+    file: a file written from both would span the untouched file's keys, and every later merge
+    of one of those keys would find it a candidate that holds none (and fall back to a scan).
+    Four small touched files, which Spark packs into a task, of unequal row counts, which a
+    task's files (and a single task's sorted rows) would be cut across at the largest's count;
+    an insert between two files' ranges, which the single task meets among them."""
+    t = f"{db}.t"
+    spans = [(0, 5), (100, 10), (200, 8), (300, 10), (400, 7), (500, 12)]  # (first key, rows)
+    create_table(spark, t, "id long, v string", [[(i, "x") for i in range(k, k + n)] for k, n in spans])
+    before = file_snapshot(spark, t)
+    untouched = files_of(spark, t, "id between 100 and 399 and id not between 200 and 299")
+    extra = {"change_data_feed": {"table": f"{t}__changes"}} if with_feed else {}
+    keys = [(3, "A"), (205, "C"), (403, "E"), (505, "F"), (250, "new")]
+    src = source_view(spark, f"{db}_src", "id long, v string", keys)
+    # as with files of megabytes on two cores: Spark packs the small touched files into tasks
+    spark.conf.set("spark.sql.files.minPartitionNum", "1")
+    try:
+        with single_task_rows(limit):
+            m = merge(spark, t, src, UPSERT, auto_compact=False, **extra).metrics
+    finally:
+        spark.conf.unset("spark.sql.files.minPartitionNum")
+    assert (m["onePass"], m["onePassSingleTask"], m["numTargetFilesRemoved"]) == (1, int(limit > 0), 4)
+    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"]) == (4, 1)
+    assert kept_files(before, file_snapshot(spark, t)) == untouched
+    found = file_ranges(spark, t)
+    assert sum(n for _, _, n in found) == 53
+    # no file's range takes in another's keys (400-406 and 500-511 may share a file)
+    assert all(high < low for (_, high, _), (low, _, _) in zip(found, found[1:], strict=False))
+    assert {(0, 4), (100, 109), (300, 309)} <= {(low, high) for low, high, _ in found}
+    # the table's folder holds its files under their own names, no staging folder
+    names = [p.rsplit("/", 1)[-1] for p in file_snapshot(spark, t)]
+    assert len(set(names)) == len(names) == len(found)
+    assert not [n for n in os.listdir(table_dir(spark, t)) if "=" in n]
+    # so a merge of an untouched file's keys reads that file alone, in one pass
+    src = source_view(spark, f"{db}_src2", "id long, v string", [(104, "B"), (304, "D")])
+    with single_task_rows(limit):
+        m = merge(spark, t, src, UPSERT, auto_compact=False, **extra).metrics
+    assert (m["onePass"], m["onePassFallback"], m["numTargetFilesAfterSkipping"]) == (1, 0, 2)
+    changed = [(3, "A"), (104, "B"), (205, "C"), (250, "new"), (304, "D"), (403, "E"), (505, "F")]
+    assert [r for r in rows(spark, t) if r[1] != "x"] == changed
+    if with_feed:
+        updates = [*keys[:4], (104, "B"), (304, "D")]
+        expected = [(k, "x", "update_preimage") for k, _ in updates]
+        expected += [(k, v, "update_postimage") for k, v in updates]
+        spark.catalog.refreshTable(f"{t}__changes")
+        assert feed_rows(spark, f"{t}__changes") == sorted([*expected, (250, "new", "insert")])
+
+
+def test_a_partitioned_table_keeps_each_partitions_files_apart(spark, db) -> None:
+    """In each partition two touched files lie apart with an untouched one between them: each
+    partition's files keep their own ranges, and the files land in their partitions."""
+    t = f"{db}.t"
+    starts = [d * 1000 + k for d in (1, 2) for k in (0, 100, 200)]
+    files = [[(i, "x", s // 1000) for i in range(s, s + 5 + s % 1000 // 100)] for s in starts]
+    create_table(spark, t, "id long, v string, day int", files, partition_by=["day"])
+    keys = [(1001, "A", 1), (1201, "B", 1), (2002, "C", 2), (2202, "D", 2)]
+    src = source_view(spark, f"{db}_src", "id long, v string, day int", keys)
+    spark.conf.set("spark.sql.files.minPartitionNum", "1")
+    try:
+        with single_task_rows(0):
+            m = merge(spark, t, src, UPSERT, auto_compact=False).metrics
+    finally:
+        spark.conf.unset("spark.sql.files.minPartitionNum")
+    assert (m["onePass"], m["numTargetFilesRemoved"], m["numTargetRowsUpdated"]) == (1, 4, 4)
+    found = spark.table(t).groupBy("_metadata.file_path", "day").agg(F.min("id"), F.max("id"))
+    ranges = sorted((r[2], r[3], r[0].split("/")[-2]) for r in found.collect())
+    assert ranges == [(s, s + 4 + s % 1000 // 100, f"day={s // 1000}") for s in starts]
+    assert [r for r in rows(spark, t) if r[1] != "x"] == keys
 
 
 def test_small_one_pass_upsert_with_the_change_feed_is_three_jobs(spark, db) -> None:

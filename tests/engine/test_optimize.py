@@ -251,7 +251,8 @@ def test_auto_compaction_commits_an_optimize_version_right_after_the_merge(spark
 def test_a_file_the_merge_just_rewrote_is_not_compacted_after_it(spark, db):
     """The rows a merge touched are the likeliest to be touched again (recent updates): its
     rewritten file joins no compaction right after it, so the table's colder files are not
-    folded into the file the next merge rewrites. Once a merge leaves it alone, it does."""
+    folded into the file the next merge rewrites. Once a merge leaves it alone, it does. Nor
+    does a run take in its keys: a compacted file's range must not hold another file's."""
     t = f"{db}.t"
     create_table(spark, t, "id long, v string", [[(i, "a")] for i in range(4)])
 
@@ -262,11 +263,15 @@ def test_a_file_the_merge_just_rewrote_is_not_compacted_after_it(spark, db):
     # the file of key 0, rewritten twice: each time the only written file, and just written
     assert [update(1, 0), update(2, 0)] == [0, 0]
     assert "OPTIMIZE" not in [h["operation"] for h in history(spark, t)]
-    # key 1's file now: key 0's file was left alone, starts a run of two, and one of the
-    # table's own files fills it
-    assert update(3, 1) == 4
-    assert rows(spark, t) == [(0, "u2"), (1, "u3"), (2, "a"), (3, "a")]
-    assert len(file_snapshot(spark, t)) == 3  # the compacted file, key 1's, the table's last
+    # key 1's file now: key 0's file was left alone and starts a run of two; the table's own
+    # file of key 2 would fill it, but the compacted file (keys 0-2) would take in key 1's,
+    # just written: a later merge of key 1 would find two files that may hold it. It waits.
+    assert update(3, 1) == 0
+    # key 3's file now: key 0's and key 1's files, neighbours in key order, make the run
+    assert update(4, 3) == 5
+    assert rows(spark, t) == [(0, "u2"), (1, "u3"), (2, "a"), (3, "u4")]
+    assert len(file_snapshot(spark, t)) == 3  # the compacted file (keys 0-1), key 2's, key 3's
+    assert [h["operation"] for h in history(spark, t)][:2] == ["OPTIMIZE", "MERGE"]
 
 
 def test_a_partition_the_merges_moved_away_from_is_packed_once(spark, db):
@@ -361,8 +366,10 @@ def test_killed_at_any_step_the_table_is_exactly_before_or_after(spark, db, monk
         for k in (200, 300):
             earlier = source_view(spark, f"{db}_e{k}", "id long, day string", [(k, "a"), (k + 1, "b")])
             merge(spark, t, earlier, UPSERT, auto_compact=False)
-    src = source_view(spark, f"{db}_s", "id long, day string", [(100, "a"), (101, "b")])
-    expected = sorted(rows(spark, t) + ([(100, "a"), (101, "b")] if via == "merge" else []))
+    # new keys above the others: a key between two files a run compacts would make it wait
+    # (compaction.tiered: no compacted file's range may take in another file's keys)
+    src = source_view(spark, f"{db}_s", "id long, day string", [(400, "a"), (401, "b")])
+    expected = sorted(rows(spark, t) + ([(400, "a"), (401, "b")] if via == "merge" else []))
 
     def die(at: str) -> None:
         if at == step:
@@ -386,8 +393,8 @@ def test_killed_at_any_step_the_table_is_exactly_before_or_after(spark, db, monk
     assert ops == (["OPTIMIZE"] if committed else []) + base
     assert all(h["applied"] for h in history(spark, t))
     files = file_snapshot(spark, t)
-    # optimize packs each partition into one file; the merge's tiered compaction merges the
-    # three files merges wrote in each partition, beside version 0's three
+    # optimize packs each partition into one file; the merge's tiered compaction merges, in
+    # each partition, the two files earlier merges wrote and version 0's file nearest them
     if via == "optimize":
         assert len(files) == (2 if committed else 6)
     else:

@@ -84,10 +84,13 @@ CDC = Shape(
     ddl="id bigint, v string, n int",
     files=_files(1, 4, 5),
     source_ddl="id bigint, v string, n int, op string",
+    # The first and the last file are touched, two untouched ones lie between them in key
+    # order: the rewrite writes each file's rows apart (a folder per task group, placed in the
+    # table under names of their own: rewrite.task_groups, journal.layout.placed).
     source_rows=[
         (1, "gone", 0, "D"),
-        (7, "seven", 77, "U"),
-        (8, "gone", 0, "D"),
+        (17, "seventeen", 177, "U"),
+        (18, "gone", 0, "D"),
         (40, "forty", 400, "I"),
         (41, "never", 0, "D"),  # delete of an unknown row: nothing happens
     ],

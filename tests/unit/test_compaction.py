@@ -139,3 +139,81 @@ def test_partition_of_a_path_and_the_summary() -> None:
     assert partition_of("file:/w/t/part-0.parquet", "file:/w/t/") == ""
     groups = tiered(files([50 * KB] * 8), TARGET, 8, 64, 256 * MB)
     assert summary(groups) == {"groups": 1, "files": 8, "bytes": 400 * KB, "outputs": 1}
+
+
+def ranged(spans: list[tuple[int, int]], ages: list[int] | None = None) -> list[DataFile]:
+    """Small files with these key ranges; ``ages``: their order (default: as listed)."""
+    ages = ages if ages is not None else list(range(len(spans)))
+    return [
+        DataFile(f"/t/r{i:04d}", 50 * KB, "", order=age, key_range=span)
+        for i, (span, age) in enumerate(zip(spans, ages, strict=True))
+    ]
+
+
+def test_with_key_ranges_a_tier_runs_in_key_order_not_age() -> None:
+    # ten recent insert files, keys 0-99, 100-199, ...; the one of keys 200-299 was rewritten
+    # by an update last, so it is the youngest: taken oldest first, the run would skip it and
+    # its output's range (0-899) would hold a hole its keys fill
+    spans = [(k * 100, k * 100 + 99) for k in range(10)]
+    ages = [0, 1, 9, 2, 3, 4, 5, 6, 7, 8]
+    found = ranged(spans, ages=ages)
+    groups = tiered(found, TARGET, 8, 64, 256 * MB)
+    assert [[f.key_range for f in g.files] for g in groups] == [spans[:8]]
+    # without ranges, age decides (as before)
+    aged = [DataFile(f.path, f.size, f.partition, order=f.order) for f in found]
+    by_age = tiered(aged, TARGET, 8, 64, 256 * MB)
+    assert [sorted(f.order for f in g.files) for g in by_age] == [list(range(8))]
+
+
+def test_a_run_waits_while_a_file_left_out_lies_inside_its_range() -> None:
+    # eight small files around a bigger one (another tier) whose keys lie between theirs
+    small = ranged([(k * 100, k * 100 + 49) for k in range(8)])
+    inside = DataFile("/t/big", 6 * MB, "", order=99, key_range=(350, 399))
+    assert tiered([*small, inside], TARGET, 8, 64, 256 * MB) == []
+    # a file whose range covers theirs (an unsorted first file spans every key) is no reason
+    wide = DataFile("/t/wide", 6 * MB, "", order=99, key_range=(0, 10_000))
+    assert [len(g.files) for g in tiered([*small, wide], TARGET, 8, 64, 256 * MB)] == [8]
+    # nor one within a run file's own range (no gap of the run's holds its keys)
+    within = DataFile("/t/within", 6 * MB, "", order=99, key_range=(310, 340))
+    assert [len(g.files) for g in tiered([*small, within], TARGET, 8, 64, 256 * MB)] == [8]
+    # but one reaching into a gap (keys 350-360 of it lie between 300-349 and 400-449) is
+    across = DataFile("/t/across", 6 * MB, "", order=99, key_range=(320, 360))
+    assert tiered([*small, across], TARGET, 8, 64, 256 * MB) == []
+    # files of random keys each span most of the range: no gap, nothing waits
+    shuffled = ranged([(k, 1000 - k) for k in range(8)])
+    inner = DataFile("/t/inner", 6 * MB, "", order=99, key_range=(400, 600))
+    assert [len(g.files) for g in tiered([*shuffled, inner], TARGET, 8, 64, 256 * MB)] == [8]
+    # nor is one beyond them
+    beyond = DataFile("/t/next", 6 * MB, "", order=99, key_range=(900, 999))
+    assert [len(g.files) for g in tiered([*small, beyond], TARGET, 8, 64, 256 * MB)] == [8]
+
+
+def test_a_file_without_a_known_range_keeps_the_tier_in_age_order() -> None:
+    found = ranged([(k * 100, k * 100 + 99) for k in range(8)], ages=[7, 6, 5, 4, 3, 2, 1, 0])
+    found.append(DataFile("/t/nulls", 50 * KB, "", order=8, key_range=(None, 5)))
+    groups = tiered(found, TARGET, 8, 64, 256 * MB)
+    assert [sorted(f.order for f in g.files) for g in groups] == [list(range(8))]
+    assert "/t/nulls" not in {f.path for g in groups for f in g.files}
+
+
+def test_a_file_left_out_of_the_compaction_still_counts_as_a_neighbour() -> None:
+    # the merge's own files are never compacted right after it, but their ranges are there:
+    # the rewritten file of keys 200-299 lies between eight others
+    others = ranged([(k * 100, k * 100 + 99) for k in (0, 1, 3, 4, 5, 6, 7, 8)])
+    rewritten = DataFile("/t/rewritten", 50 * KB, "", order=99, key_range=(200, 299))
+    assert [len(g.files) for g in tiered(others, TARGET, 8, 64, 256 * MB)] == [8]
+    assert tiered(others, TARGET, 8, 64, 256 * MB, neighbours=[*others, rewritten]) == []
+
+
+def test_a_short_run_is_filled_with_the_idle_files_nearest_it_in_key_order() -> None:
+    # the table's own small files of keys 0-2, 10-12, 20-22 and two written since (200, 300):
+    # the run of three takes the idle file nearest them (20-22), which leaves no gap with a
+    # file in it; the lowest (0-2) would have left 10-22 in its gap, and waited
+    base = [DataFile(f"/t/base{k}", 50 * KB, "", order=0, key_range=(k, k + 2)) for k in (0, 10, 20)]
+    written = ranged([(200, 200), (300, 300)])
+    idle = {f.path for f in base}
+    groups = tiered([*base, *written], TARGET, 3, 64, 256 * MB, idle)
+    assert [sorted(f.key_range for f in g.files) for g in groups] == [[(20, 22), (200, 200), (300, 300)]]
+    # a merge's own file between them (key 100) is a hole that makes the run wait
+    own = DataFile("/t/own", 50 * KB, "", order=9, key_range=(100, 100))
+    assert tiered([*base, *written], TARGET, 3, 64, 256 * MB, idle, [*base, *written, own]) == []

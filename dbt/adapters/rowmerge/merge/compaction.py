@@ -9,7 +9,11 @@ Two policies, both per partition (a compaction never moves a row to another part
   rewritten to absorb a tiny one. Work per merge is bounded (``max_files``, ``max_bytes``),
   smallest tiers first; what is left waits for the next merge. As in an LSM tree, a file is
   rewritten about once per tier, so the cost is amortized over the merges that wrote it: an
-  hourly model's small files become one file per tier rather than one per hour.
+  hourly model's small files become one file per tier rather than one per hour. Where the
+  journal knows every file's range of the cluster key, a tier's runs go in key order, and a run
+  whose output's range would take in a file left out of it waits: no compacted file's range
+  has a hole that another file's keys fill, which would make a later merge read (and the
+  one-pass write rewrite) a file that holds none of its keys.
 * **Settling** (after a merge, in a partitioned table): a partition the versions just before
   the merge wrote and the merge did not has settled — an hourly model has moved on to the next
   day. Tiers leave up to ``min_files - 1`` files of each size in it for good (a day of 24
@@ -28,6 +32,8 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .key_gaps import Others, gaps
 
 # The smallest tier holds files up to base * TIER_FACTOR bytes, tier k up to
 # base * TIER_FACTOR ** (k + 1), where base is the target size / TIER_BASE_DIVISOR (64 KB for
@@ -95,21 +101,30 @@ def tiered(
     max_files: int,
     max_bytes: int,
     idle: Collection[str] = (),
+    neighbours: Sequence[DataFile] = (),
 ) -> list[Group]:
     """The groups a merge compacts now (empty: no tier of any partition is full yet).
 
     Files whose path is in ``idle`` (the table as it was created) never start a compaction:
     they only fill a tier's run once files written since have reached that tier, so a table's
     first merges do not pay for rewriting the table they found, while its small files are
-    still folded in, a run at a time, as the merges' own files grow into their tier."""
+    still folded in, a run at a time, as the merges' own files grow into their tier.
+    ``neighbours``: every file of the table, ``files`` and those left out of this compaction
+    (the merge's own), whose key ranges a run must not take in (:func:`_straddles`)."""
     full = target_bytes * FULL_FRACTION
     ready: list[tuple[int, str, list[DataFile]]] = []
+    around = _by_partition(neighbours or files)
     for partition, found in sorted(_by_partition(files).items()):
+        beside = around.get(partition, found)
+        by_key = _ranges_known([*found, *beside])
         tiers: dict[int, list[DataFile]] = {}
         for f in found:
             if f.size < full:
                 tiers.setdefault(tier(f.size, target_bytes), []).append(f)
         for level, members in sorted(tiers.items()):
+            if by_key:
+                ready += [(level, partition, run) for run in _key_runs(members, beside, min_files, idle)]
+                continue
             # written files oldest first, then the idle ones: whole runs of min_files, each
             # with a written file in it, land in the next tier
             members.sort(key=lambda f: (f.path in idle, f.order, f.path))
@@ -129,6 +144,80 @@ def tiered(
         taken_files += len(members)
         taken_bytes += size
     return out
+
+
+def _key_runs(
+    members: Sequence[DataFile], beside: Sequence[DataFile], min_files: int, idle: Collection[str]
+) -> list[list[DataFile]]:
+    """A tier's runs where every file's key range is known: the written files in key order,
+    min_files at a time; a last, short run is filled with the idle files nearest it in key
+    order (those between its files first: they would be holes). A run that would still take
+    in a file left out of it waits (:func:`_straddles`)."""
+    written = sorted((f for f in members if f.path not in idle), key=lambda f: (_low(f), f.path))
+    spare = [f for f in members if f.path in idle]
+    runs = []
+    for start in range(0, len(written), min_files):
+        run: list[DataFile] | None = written[start : start + min_files]
+        if run is not None and len(run) < min_files:
+            run = _filled(run, spare, min_files)
+        if run is None:
+            break
+        if not _straddles(run, beside):
+            runs.append(run)
+    return runs
+
+
+def _filled(run: list[DataFile], spare: Sequence[DataFile], min_files: int) -> list[DataFile] | None:
+    """``run`` with idle files added until it holds min_files: those whose keys lie within its
+    span first, then the nearest below or above it in key order; None if too few."""
+    if len(run) + len(spare) < min_files:
+        return None
+    line = sorted([*run, *spare], key=lambda f: (_low(f), f.path))
+    members = {f.path for f in run}
+    first = min(i for i, f in enumerate(line) if f.path in members)
+    last = max(i for i, f in enumerate(line) if f.path in members)
+    taken = list(line[first : last + 1])
+    below, above = first - 1, last + 1
+    while len(taken) < min_files:
+        if below >= 0 and (above >= len(line) or len(taken) % 2):
+            taken.insert(0, line[below])
+            below -= 1
+        else:
+            taken.append(line[above])
+            above += 1
+    return taken
+
+
+def _ranges_known(files: Sequence[DataFile]) -> bool:
+    """Whether every file has a known key range whose bounds compare with the others'."""
+    if any(f.key_range is None or None in f.key_range for f in files):
+        return False
+    try:
+        sorted(b for f in files for b in f.key_range)  # type: ignore[union-attr]
+    except TypeError:  # values that do not compare
+        return False
+    return True
+
+
+def _low(f: DataFile) -> Any:
+    assert f.key_range is not None
+    return f.key_range[0]
+
+
+def _straddles(run: Sequence[DataFile], files: Sequence[DataFile]) -> bool:
+    """Whether a file left out of the run holds keys in a gap between the run's own key ranges
+    (:mod:`.key_gaps`): the run's output would span them, and a later merge touching one would
+    find both files candidates. Where the run's ranges leave no gap (files of random keys each
+    span most of the range), nothing waits: the output's range is no wider than its inputs'
+    together; nor for a file that spans the whole run (see :meth:`.key_gaps.Others.hold_keys_in`)."""
+    spans = [f.key_range for f in run if f.key_range is not None]
+    holes = gaps(spans)
+    if not holes:
+        return False
+    written = (min(low for low, _ in spans), max(high for _, high in spans))
+    members = {f.path for f in run}
+    others = Others(f.key_range for f in files if f.path not in members and f.key_range is not None)
+    return any(others.hold_keys_in(hole, written) for hole in holes)
 
 
 def settled(

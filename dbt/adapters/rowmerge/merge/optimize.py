@@ -484,21 +484,25 @@ def after_merge(
     cluster = list(entry.cluster_by or ()) or list(keys)
     just_written = frozenset() if whole else frozenset(f.path for f in entry.added)
 
-    def data_files(found: dict[str, FileInfo]) -> list[DataFile]:
+    ranges: dict[str, Any] = {}  # the cluster key's range of each file, once there is work
+
+    def every_file(found: dict[str, FileInfo]) -> list[DataFile]:
         return [
-            DataFile(p, info.size, compaction.partition_of(p, journal.location), info.mtime)
+            DataFile(p, info.size, compaction.partition_of(p, journal.location), info.mtime, ranges.get(p))
             for p, info in sorted(found.items())
-            if p not in just_written
         ]
+
+    def movable(found: dict[str, FileInfo]) -> list[DataFile]:
+        return [f for f in every_file(found) if f.path not in just_written]
 
     settling = (
         frozenset()
         if whole or not target.partition_columns
-        else _settled(journal, entry, data_files(files), upkeep.target_bytes)
+        else _settled(journal, entry, movable(files), upkeep.target_bytes)
     )
 
     def plan(found: dict[str, FileInfo], idle: frozenset[str] = frozenset()) -> list[Group]:
-        listed = data_files(found)
+        listed = movable(found)
         if whole:
             return compaction.bin_packed(listed, upkeep.target_bytes, cluster=False)
         max_bytes = int(upkeep.max_mb * 1024 * 1024)
@@ -511,6 +515,7 @@ def after_merge(
             upkeep.max_files - sum(len(g.files) for g in settle),
             max_bytes - sum(g.size for g in settle),
             idle,
+            every_file(found),
         )
 
     # Decided from the files the merge knows (no listing); once there is work, planned again
@@ -522,6 +527,12 @@ def after_merge(
     if idle and not plan(files, idle):
         return None
     listing = journal.snapshot()
+    if not whole:
+        # Runs in key order, none taking in another file's range (compaction.tiered): the
+        # ranges come from the journal's statistics, read only now that there is work.
+        ranges.update(
+            (f.path, f.key_range) for f in data_files(journal, target, listing, cluster, journal.versions())
+        )
     groups = plan(listing, idle)
     if not groups:
         return None

@@ -12,6 +12,7 @@ also writes the feed's rows (:func:`feed_rows`).
 
 from __future__ import annotations
 
+import posixpath
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,6 +26,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from .filestats import FileSummary, indexed_columns, summarize_files
+from .journal.layout import TASK_GROUP
+from .key_gaps import Span, rewrite_groups
 from .outputs import (
     DELETE,
     FILE,
@@ -114,6 +117,41 @@ def touched_join(
     target = target_frame(spark, plan).where(F.col(FILE).isin(touched))
     joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
     return TouchedJoin(plan, decide(plan, joined, ["matched", "not_matched_by_source"], acts))
+
+
+def task_groups(
+    touched: Sequence[str], spans: Mapping[str, Span | None] | None, storage: Storage
+) -> list[list[str]]:
+    """The ``touched`` files (Spark's paths) in groups whose files a task of the rewrite may
+    read together (:func:`.key_gaps.rewrite_groups`), given every file's key range
+    (``spans``, qualified paths; None or empty: unknown, one group).
+
+    Spark packs small files into one task, and a task writes one file (per partition) from
+    all the rows it read: two touched files with an untouched one between them in key order
+    would become one file whose range holds the untouched file's keys. With more than one
+    group the write puts each file's rows in files of their own (:func:`_task_group`)."""
+    if not spans or len(touched) < 2:
+        return [list(touched)]
+    qualified = {storage.from_spark_path(p): p for p in touched}
+    groups = rewrite_groups(list(qualified), spans, posixpath.dirname)
+    return [[qualified[p] for p in g] for g in groups]
+
+
+def _grouped(groups: Sequence[Sequence[str]] | None) -> bool:
+    return groups is not None and len(groups) > 1
+
+
+def _task_group() -> Column:
+    """The task group of a row in a write whose touched files fall in more than one group of
+    key neighbours (:func:`task_groups`): its file's own, a non-negative 63-bit hash of the
+    file's path (NULL for a row of no file, an insert). A partition column of the write, so a
+    task that read several files writes each file's rows to files of their own, without a
+    shuffle or a second scan (a scan per group costs Spark tens of milliseconds each to plan)
+    and without a lookup per row (a map of the touched files is searched entry by entry).
+    Files that may share a task no longer do in such a write; the one-group write, the usual
+    one, packs them as before, and compaction packs small files in key order."""
+    file = F.col(FILE)
+    return F.when(file.isNotNull(), F.xxhash64(file).bitwiseAND(F.lit(2**63 - 1))).alias(TASK_GROUP)
 
 
 def single_task(plan: MergePlan, source: MaterializedSource, candidate_rows: int) -> bool:
@@ -223,11 +261,13 @@ def rewritten_rows(
     touched: list[str],
     one_pass: OnePass | None = None,
     feed: bool = False,
+    grouped: bool = False,
 ) -> DataFrame:
     """All rows of the touched files after the merge (deleted rows dropped, or with ``feed``
     routed to the feed only); ``one_pass``
     observes the join on the way. With ``feed``, also the change rows of the clauses that
-    act, each row with its output in :data:`KIND` (see :func:`feed_rows`)."""
+    act, each row with its output in :data:`KIND` (see :func:`feed_rows`). ``grouped``: each
+    row also holds its task group (:func:`_task_group`)."""
     # The rewrite itself writes an update's values whether or not they change anything;
     # only the one-pass write and the change feed tell which updates really act.
     tj = touched_join(spark, plan, source, touched, acts=one_pass is not None or feed)
@@ -263,8 +303,12 @@ def rewritten_rows(
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
     if once:
         out = out.dropDuplicates([FILE, ROW])
+    carried = []
+    if grouped:
+        out = out.withColumn(TASK_GROUP, _task_group())
+        carried = [TASK_GROUP]
     out = out.drop(FILE, ROW)
-    return _routed(plan, out) if feed else out
+    return _routed(plan, out, carried=carried) if feed else out
 
 
 def single_task_rows(
@@ -274,6 +318,7 @@ def single_task_rows(
     touched: list[str],
     one_pass: OnePass,
     feed: bool = False,
+    grouped: bool = False,
 ) -> DataFrame:
     """Every row a one-pass merge writes when it joins in a single task
     (:func:`single_task_join`): the touched files' rows after the merge and the inserts, out
@@ -284,7 +329,8 @@ def single_task_rows(
     touched files) once for each. Here each joined row is routed by whether it holds a target
     row: those are rewritten (the matched clauses decide), the source rows that matched
     nothing are inserted (the not_matched clauses decide), each kind's conditions evaluated
-    only on its own rows. The rows leave in the join's key order, inserts among them.
+    only on its own rows. The rows leave in the join's key order, inserts among them;
+    ``grouped``: each with its task group (:func:`_task_group`).
     """
     joined = single_task_join(spark, plan, source, touched, one_pass.candidate_rows)
     present = F.col(q(plan.ta, FILE)).isNotNull()
@@ -316,8 +362,12 @@ def single_task_rows(
     out = one_pass.observe(out)
     if plan.constraints:
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
+    carried = []
+    if grouped:
+        out = out.withColumn(TASK_GROUP, _task_group())
+        carried = [TASK_GROUP]
     if feed:
-        return _routed(plan, out, present)
+        return _routed(plan, out, present, carried)
     kept = (present & ~F.col(_DEL)) | F.col(_INS)
     return out.where(kept).drop(FILE, _UPD, _DEL, _INS)
 
@@ -331,24 +381,30 @@ def _old_values(plan: MergePlan) -> list[Column]:
     return [old_value(plan, f.name).alias(_old(i)) for i, f in enumerate(plan.output_fields)]
 
 
-def _routed(plan: MergePlan, rows: DataFrame, present: Column | None = None) -> DataFrame:
+def _routed(
+    plan: MergePlan, rows: DataFrame, present: Column | None = None, carried: Sequence[str] = ()
+) -> DataFrame:
     """``rows`` (output values, the :data:`_UPD`/:data:`_DEL` flags and the old values of
     :func:`_old_values`) as the rows the write with the change feed writes, each with its
     output in :data:`KIND`: a deleted row to the feed only, an updated one to the table's
     files and twice to the feed (pre- and post-image), a copied one to the files only.
     ``present``: whether a row holds a target row; where it does not, the :data:`_INS` flag
-    says whether it is inserted (to the files and the feed) or dropped."""
+    says whether it is inserted (to the files and the feed) or dropped. ``carried``: columns
+    the table's files' rows keep (the feed's rows hold NULL there)."""
     names = [f.name for f in plan.output_fields]
     new = [F.col(q(n)) for n in names]
     old = [F.col(_old(i)).alias(n) for i, n in enumerate(names)]
-    data = _output(new, DATA)
-    outputs = F.when(F.col(_DEL), F.array(_output(old, DELETE))).when(
-        F.col(_UPD), F.array(data, _output(old, PREIMAGE), _output(new, POSTIMAGE))
+    kept = [F.col(q(c)).alias(c) for c in carried]
+    none = [F.lit(None).cast(rows.schema[c].dataType).alias(c) for c in carried]
+    data = _output([*new, *kept], DATA)
+    outputs = F.when(F.col(_DEL), F.array(_output([*old, *none], DELETE))).when(
+        F.col(_UPD), F.array(data, _output([*old, *none], PREIMAGE), _output([*new, *none], POSTIMAGE))
     )
     if present is None:
         outputs = outputs.otherwise(F.array(data))
     else:  # NULL (no row) for a source row nothing inserts
-        outputs = outputs.when(present, F.array(data)).when(F.col(_INS), F.array(data, _output(new, INSERT)))
+        inserted = _output([*new, *none], INSERT)
+        outputs = outputs.when(present, F.array(data)).when(F.col(_INS), F.array(data, inserted))
     return rows.select(F.explode(outputs).alias("r")).select("r.*")
 
 
@@ -424,6 +480,7 @@ def write_changes(
     storage: Storage,
     one_pass: OnePass | None = None,
     feed_dir: str | None = None,
+    groups: Sequence[Sequence[str]] | None = None,
 ) -> tuple[list[StagedFile], dict[str, int]]:
     """Write rewritten + inserted rows into ``staging``.
 
@@ -433,7 +490,9 @@ def write_changes(
     task from the same join: :func:`single_task_rows`), and ``one_pass``
     observes what the clauses did. With ``feed_dir`` the same job writes there the table's
     files and the change feed's rows, each output in a folder of its own (see
-    :func:`feed_rows`), and ``staging`` is not used.
+    :func:`feed_rows`), and ``staging`` is not used. ``groups``: the touched files in groups
+    of key neighbours (:func:`task_groups`); with more than one, each file's rows go to files
+    of their own.
     """
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
@@ -444,19 +503,20 @@ def write_changes(
     if plan.not_matched:
         expected = scan.inserted if scan is not None and one_pass is None else source.num_rows
     single = one_pass is not None and one_pass.single_task and bool(touched)
+    grouped = bool(touched) and _grouped(groups)
     if single:
         assert one_pass is not None
         # One task joins, rewrites and inserts: the rows come out in key order, cut into
         # files no bigger than the largest one replaced (rewrite_file_cap).
-        parts.append(single_task_rows(spark, plan, source, touched, one_pass, feed))
+        parts.append(single_task_rows(spark, plan, source, touched, one_pass, feed, grouped))
     elif touched:
         # With the source broadcast, each task reads one touched file (or packs a few small
         # ones) and writes its replacement: file sizes stay near the table's own.
-        parts.append(rewritten_rows(spark, plan, source, touched, one_pass, feed))
+        parts.append(rewritten_rows(spark, plan, source, touched, one_pass, feed, grouped))
     if plan.not_matched and not single and (scan is None or scan.inserted > 0 or one_pass is not None):
         among = "outside" if one_pass is not None and one_pass.inserts_by_statistics else "all"
-        inserts = inserted_rows(plan, source, target, scan, among)
-        parts.append(_spread_inserts(plan, inserts, expected, feed))
+        inserts = _spread_inserts(plan, inserted_rows(plan, source, target, scan, among), expected, feed)
+        parts.append(inserts.withColumn(TASK_GROUP, F.lit(None).cast("long")) if grouped else inserts)
     if not parts:
         return [], {}
     fmt = plan.target.file_format
@@ -464,7 +524,7 @@ def write_changes(
     counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     cap = rewrite_file_cap(counts, expected) if counts else None
-    listed = _save(spark, plan, out, staging, feed_dir, cap)
+    listed = _save(spark, plan, out, staging, feed_dir, cap, grouped=grouped)
     fields = indexed_columns(plan.output_fields, pcols)
     return staged_files(fmt, listed, storage, removed, fields, counts)
 
@@ -496,13 +556,18 @@ def write_missed_inserts(
     storage: Storage,
     feed_dir: str | None,
     written: Sequence[StagedFile],
+    groups: Sequence[Sequence[str]] | None = None,
 ) -> list[StagedFile]:
     """After a one-pass write that took its inserts from statistics, in which ``missed`` source
     rows with keys inside the files' ranges matched no row of ``target`` (the candidates):
-    write the inserts among them next to the ``written`` files; return the new files."""
+    write the inserts among them next to the ``written`` files; return the new files. With the
+    write's ``groups``, in its layout (the rows of no touched file's group)."""
     inserts = inserted_rows(plan, source, target, None, "inside")
     out = _spread_inserts(plan, inserts, missed, feed_dir is not None)
-    listed = _save(spark, plan, out, staging, feed_dir, None, append=True)
+    grouped = _grouped(groups)
+    if grouped:
+        out = out.withColumn(TASK_GROUP, F.lit(None).cast("long"))
+    listed = _save(spark, plan, out, staging, feed_dir, None, append=True, grouped=grouped)
     fields = indexed_columns(plan.output_fields, list(plan.target.partition_columns))
     known = {f.path for f in written}
     return staged_files(plan.target.file_format, listed, storage, fields=fields, known=known)[0]
@@ -532,11 +597,14 @@ def _save(
     feed_dir: str | None,
     cap: int | None,
     append: bool = False,
+    grouped: bool = False,
 ) -> str:
     """Write ``out`` into ``staging`` partitioned like the table, or with ``feed_dir`` into
     that folder, each output in a folder of its own (see :func:`feed_rows`); at most ``cap``
-    rows per file. Return the folder holding the table's new files."""
-    pcols = list(plan.target.partition_columns)
+    rows per file; ``grouped``: in a folder per task group first (:func:`_task_group`), which
+    the journal drops from the path when it places the files (``journal.layout.placed``).
+    Return the folder holding the table's new files."""
+    pcols = [*([TASK_GROUP] if grouped else []), *plan.target.partition_columns]
     writer = out.write.format(plan.target.file_format)
     if append:
         writer = writer.mode("append")
@@ -547,7 +615,11 @@ def _save(
     if cap is not None:
         writer = writer.option("maxRecordsPerFile", str(cap))
     if feed_dir is None:
-        writer.save(staging)
+        if grouped:
+            with concurrent_writers(spark):  # a task keeps its groups' files open: no sort
+                writer.save(staging)
+        else:
+            writer.save(staging)
         return staging
     with concurrent_writers(spark):
         writer.save(feed_dir)

@@ -75,6 +75,7 @@ from .rewrite import (
     StagedFile,
     inserts_by_statistics,
     single_task,
+    task_groups,
     write_changes,
     write_missed_inserts,
 )
@@ -413,6 +414,7 @@ def _merge(
                 files_scanned=len(files),
             )
             candidate_rows = sum(commit.skipping.rows[p] for p in files)
+            groups = task_groups([u for u, _ in pairs], commit.skipping.key_spans(), journal.storage)
             single = single_task(plan, source, candidate_rows)
             observed = OnePass(
                 candidate_rows=candidate_rows,
@@ -432,6 +434,7 @@ def _merge(
                     journal.storage,
                     metrics,
                     feed_dir,
+                    groups,
                 )
             metrics["onePass" if written is not None else "onePassFallback"] = 1
             metrics["onePassSingleTask"] = int(written is not None and observed.single_task)
@@ -462,9 +465,20 @@ def _merge(
             extra = " and writing inserts" if plan.not_matched else ""
             touched = len(scan.touched) if scan else 0
             logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
+            spans = commit.skipping.key_spans() if commit.skipping is not None else None
+            rewritten = [f.path for f in scan.touched] if scan else []
+            groups = task_groups(rewritten, spans, journal.storage)
             with timed(metrics, "rewriteTimeMs"):
                 staged, removed_rows = write_changes(
-                    spark, plan, source, pruned, scan, staging.data_dir, journal.storage, feed_dir=feed_dir
+                    spark,
+                    plan,
+                    source,
+                    pruned,
+                    scan,
+                    staging.data_dir,
+                    journal.storage,
+                    feed_dir=feed_dir,
+                    groups=groups,
                 )
         feed: list[StagedFile] = []
         if feed_dir is not None and commit.changes is not None:
@@ -567,6 +581,7 @@ def _write_one_pass(
     storage: Storage,
     metrics: MergeMetrics,
     feed_dir: str | None = None,
+    groups: list[list[str]] | None = None,
 ) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
     """Rewrite every candidate file (``candidates.touched``) and write the inserts in one job,
     observing what the clauses did (``observed``, which also says how many rows the candidates
@@ -575,7 +590,7 @@ def _write_one_pass(
     row: then the scan must decide. Inserts taken from statistics that left some out are
     completed by a second write (:func:`.rewrite.write_missed_inserts`)."""
     staged, removed_rows = write_changes(
-        spark, plan, source, pruned, candidates, staging.data_dir, storage, observed, feed_dir
+        spark, plan, source, pruned, candidates, staging.data_dir, storage, observed, feed_dir, groups
     )
     joined, updated, deleted, acted = observed.result()
     if acted != {f.path for f in candidates.touched} or joined != observed.candidate_rows:
@@ -591,7 +606,7 @@ def _write_one_pass(
             # the inserts among them were not written yet.
             metrics["onePassInsertsRechecked"] = 1
             staged += write_missed_inserts(
-                spark, plan, source, pruned, missed, staging.data_dir, storage, feed_dir, staged
+                spark, plan, source, pruned, missed, staging.data_dir, storage, feed_dir, staged, groups
             )
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)

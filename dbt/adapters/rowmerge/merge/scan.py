@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import reduce
+from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -63,6 +64,17 @@ class Skipping:
     files: list[str]  # qualified paths; a file's id is its index here
     ranges: list[tuple[KeyRanges, str]]  # (files' ranges of a key column, the source expression)
     rows: dict[str, int] = field(default_factory=dict)  # qualified path -> rows (from the journal)
+
+    def key_spans(self) -> dict[str, tuple[Any, Any] | None]:
+        """Every file's (lowest, highest) value of the first key column that rules files out
+        (None where unknown): where a rewrite may put files together (:mod:`.key_gaps`)."""
+        if not self.ranges:
+            return {}
+        kr = self.ranges[0][0]
+        spans: dict[str, tuple[Any, Any] | None] = {self.files[i]: None for i in kr.unplaced}
+        for layer in kr.layers:
+            spans.update((self.files[i], (low, high)) for low, high, i in layer)
+        return spans
 
     def candidates(self, source: MaterializedSource) -> list[str]:
         """The files some source row could match (qualified paths)."""

@@ -20,6 +20,7 @@ from .layout import (
     ancestors,
     inside,
     layout_problems,
+    placed,
 )
 from .snapshots import Snapshots
 
@@ -114,7 +115,7 @@ class Checks(Snapshots):
                 continue
             if entry.operation == "RESTORE":
                 out += self._restore_problems(entry, i, f.staged, rel)
-            elif f.staged is None or all(inside(f.staged, d) != rel for d in data_staging):
+            elif f.staged is None or all(_placed(inside(f.staged, d)) != rel for d in data_staging):
                 out.append(f"stages added[{i}] at {f.staged}, not at {data_staging[0]}/{rel}")
             out += layout_problems(f"added[{i}]", rel, parts)
         for i, f in enumerate(entry.removed):
@@ -299,3 +300,8 @@ class Checks(Snapshots):
                 "changed; run the model again. Jobs that write this table without row_level_merge "
                 "(insert_overwrite runs, manual jobs) must not run at the same time as a merge."
             )
+
+
+def _placed(staged: str | None) -> str | None:
+    """Where a data file staged at ``staged`` (relative to its staging folder) goes in the table."""
+    return placed(staged) if staged is not None else None

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..storage import Storage, is_hidden
-from ..table import partition_values
+from ..table import HIVE_DEFAULT_PARTITION, partition_values
 
 LOG_DIR = "_rowmerge_log"
 STAGING_DIR = "staging"
@@ -27,6 +27,10 @@ CDF_DIR = "cdf"
 FEED_ROWS_DIR = "rows"
 # The data write's folder for the table's files among its outputs (rewrite.KIND = rewrite.DATA).
 ROUTED_DATA = "__rowmerge_kind=data"
+# A data write that keeps touched files apart (rewrite.task_groups) stages each group's files in
+# a folder of this partition column (visible: the listing skips hidden names), whose files of
+# one task share their names; placed in the table, the group goes into the name (placed()).
+TASK_GROUP = "rowmerge-task-group"
 ENTRY_SUFFIX = ".json"
 APPLIED_SUFFIX = ".applied"
 CHECKPOINT_SUFFIX = ".stats.json"  # a statistics checkpoint (checkpoint.py)
@@ -102,10 +106,11 @@ class Staging:
         return (self.data_dir, self.routed_data_dir)
 
     def data_path(self, staged: str) -> str:
-        """A staged data file's path relative to the folder of :attr:`data_dirs` it is in."""
+        """Where a staged data file goes in the table, relative to its folder: its path below
+        the folder of :attr:`data_dirs` it is in (:func:`placed`)."""
         for folder in self.data_dirs:
             if staged.startswith(folder.rstrip("/") + "/"):
-                return below(staged, folder)
+                return placed(below(staged, folder))
         raise ValueError(f"{staged} is not a staged data file of {self.dir}")
 
     @property
@@ -131,6 +136,25 @@ def ancestors(location: str) -> list[str]:
 def below(path: str, folder: str) -> str:
     """``path`` relative to ``folder``, which holds it (a staged file's partition sub-path)."""
     return path.split(folder.rstrip("/") + "/", 1)[1]
+
+
+def placed(rel: str) -> str:
+    """A staged data file's path below its staging folder as placed in the table.
+
+    A write that kept touched files apart staged them in a folder per task group (a number:
+    ``rowmerge-task-group=3/<partition folders>/part-00001-<job>.c000.snappy.parquet``), where
+    a task's files of different groups have the same name: in the table the group folder goes
+    and the name takes the group (``<partition folders>/g3-part-00001-...``; ``gn-`` for the
+    rows of no touched file). Any other path stays as it is."""
+    head, sep, rest = rel.partition("/")
+    if not sep or not head.startswith(TASK_GROUP + "="):
+        return rel
+    value = head[len(TASK_GROUP) + 1 :]
+    tag = "n" if value == HIVE_DEFAULT_PARTITION else value
+    if not tag.isdigit() and tag != "n":
+        return rel  # not a group this engine writes: left for the entry's checks to refuse
+    folder, _, name = rest.rpartition("/")
+    return f"{folder}/g{tag}-{name}" if folder else f"g{tag}-{name}"
 
 
 def inside(path: str, root: str) -> str | None:
