@@ -27,7 +27,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from .filestats import FileSummary, indexed_columns, summarize_files
 from .journal.layout import TASK_GROUP
-from .key_gaps import Span, rewrite_groups
+from .key_gaps import rewrite_groups
 from .outputs import (
     DELETE,
     FILE,
@@ -51,7 +51,7 @@ from .outputs import (
     q,
 )
 from .plan import MergePlan
-from .scan import ScanResult, target_frame
+from .scan import ScanResult, Skipping, target_frame
 from .source import MaterializedSource, estimated_bytes
 from .storage import Storage
 
@@ -119,18 +119,18 @@ def touched_join(
     return TouchedJoin(plan, decide(plan, joined, ["matched", "not_matched_by_source"], acts))
 
 
-def task_groups(
-    touched: Sequence[str], spans: Mapping[str, Span | None] | None, storage: Storage
-) -> list[list[str]]:
+def task_groups(touched: Sequence[str], skipping: Skipping | None, storage: Storage) -> list[list[str]]:
     """The ``touched`` files (Spark's paths) in groups whose files a task of the rewrite may
-    read together (:func:`.key_gaps.rewrite_groups`), given every file's key range
-    (``spans``, qualified paths; None or empty: unknown, one group).
+    read together (:func:`.key_gaps.rewrite_groups`), by every file's key range from
+    ``skipping`` (None, or no range known: one group). The ranges are laid out only when two
+    or more files are touched.
 
     Spark packs small files into one task, and a task writes one file (per partition) from
     all the rows it read: two touched files with an untouched one between them in key order
     would become one file whose range holds the untouched file's keys. With more than one
     group the write puts each file's rows in files of their own (:func:`_task_group`)."""
-    if not spans or len(touched) < 2:
+    spans = skipping.key_spans() if skipping is not None and len(touched) > 1 else None
+    if not spans:
         return [list(touched)]
     qualified = {storage.from_spark_path(p): p for p in touched}
     groups = rewrite_groups(list(qualified), spans, posixpath.dirname)

@@ -414,7 +414,7 @@ def _merge(
                 files_scanned=len(files),
             )
             candidate_rows = sum(commit.skipping.rows[p] for p in files)
-            groups = task_groups([u for u, _ in pairs], commit.skipping.key_spans(), journal.storage)
+            groups = task_groups([u for u, _ in pairs], commit.skipping, journal.storage)
             single = single_task(plan, source, candidate_rows)
             observed = OnePass(
                 candidate_rows=candidate_rows,
@@ -465,9 +465,8 @@ def _merge(
             extra = " and writing inserts" if plan.not_matched else ""
             touched = len(scan.touched) if scan else 0
             logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
-            spans = commit.skipping.key_spans() if commit.skipping is not None else None
             rewritten = [f.path for f in scan.touched] if scan else []
-            groups = task_groups(rewritten, spans, journal.storage)
+            groups = task_groups(rewritten, commit.skipping, journal.storage)
             with timed(metrics, "rewriteTimeMs"):
                 staged, removed_rows = write_changes(
                     spark,
