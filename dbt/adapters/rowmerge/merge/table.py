@@ -58,10 +58,46 @@ def catalog_sql(spark: SparkSession, statement: str) -> DataFrame:
     return spark.sql(statement)
 
 
-def refresh_table(spark: SparkSession, ident: str) -> None:
-    """Drop the session's cached relation and file listing of ``ident``."""
+def refresh_table(spark: SparkSession, ident: str, files_at: str | None = None) -> None:
+    """Drop the session's cached relation and file listing of ``ident``: its next read
+    resolves it from the catalog (the schema now) and lists its files (the files now).
+
+    A table of the session catalog is dropped from the session's relation cache and no more
+    (:func:`_forget_relation`). ``REFRESH TABLE`` (the catalog API's ``refreshTable``)
+    resolves the table first (a metastore request) and lists its files again, both thrown
+    away at once, because it also refreshes the relation in place for DataFrames that hold
+    it: a merge has the relation read again under its lock and forgets it after its commit,
+    so that was two requests and up to three listings of an unpartitioned table's files per
+    merge. Any doubt (Connect, another catalog, a temporary view, data the session has
+    cached): ``refreshTable``, counted as the catalog call it is.
+
+    ``files_at``: the table's folder, once a commit has replaced files in it. Data the
+    session cached from the table (``CACHE TABLE``, ``DataFrame.cache``) is then cached again
+    from the files there: ``refreshTable`` alone re-caches it through the relation it resolves
+    now, while the cached plan holds the one it was made with, whose listing names replaced
+    files (the next read failed: FILE_NOT_EXIST)."""
+    if _forget_relation(spark, ident):
+        return
     calls.catalog_call()
     spark.catalog.refreshTable(ident)
+    if files_at is not None:
+        spark.catalog.refreshByPath(files_at)
+
+
+def _forget_relation(spark: SparkSession, ident: str) -> bool:
+    """Drop ``ident``'s entry from the session catalog's relation cache (no metastore request,
+    no listing); False, dropping nothing, unless ``ident`` names a table of the session
+    catalog and the session caches no data (``CACHE TABLE``, ``DataFrame.cache``: a cached
+    plan that reads the table would go on serving the old rows)."""
+    try:
+        found = _session_table(spark, ident)
+        if found is None or not spark._jsparkSession.sharedState().cacheManager().isEmpty():
+            return False
+        catalog, database, table = found
+        catalog.invalidateCachedTable(_table_identifier(spark.sparkContext._jvm, database, table))
+        return True
+    except Exception:  # noqa: BLE001 - refreshTable says what is wrong
+        return False
 
 
 def table_exists(spark: SparkSession, ident: str) -> bool:
@@ -192,40 +228,52 @@ def _catalog_entry(spark: SparkSession, ident: str) -> Description | None:
     Connect, for a name of another catalog (or of a session whose current catalog is another),
     a temporary view's name, a table the catalog does not have, or any failure; the statement
     then decides, with its own message."""
-    if is_connect(spark):
-        return None
     try:
-        parts = parse_name(ident)
-        state = spark._jsparkSession.sessionState()
-        if len(parts) == MAX_NAME_PARTS:
-            if parts[0].lower() != DEFAULT_CATALOG:
-                return None
-            parts = parts[1:]
-        elif str(state.catalogManager().currentCatalog().name()).lower() != DEFAULT_CATALOG:
+        found = _session_table(spark, ident)
+        if found is None:
             return None
-        catalog = state.catalog()
-        if len(parts) == 1:
-            if catalog.getTempView(parts[0]).isDefined():
-                return None
-            database = str(catalog.getCurrentDatabase())
-        elif len(parts) == 2:  # noqa: PLR2004 - database.table
-            database = parts[0]
-            if database.lower() == str(catalog.globalTempDatabase()).lower():
-                return None
-        else:
-            return None
-        entry = _catalog_table(spark, catalog, database, parts[-1])
-        return _entry_description(spark.sparkContext._jvm, entry, (DEFAULT_CATALOG, database, parts[-1]))
+        catalog, database, table = found
+        entry = _catalog_table(spark, catalog, database, table)
+        return _entry_description(spark.sparkContext._jvm, entry, (DEFAULT_CATALOG, database, table))
     except Exception:  # noqa: BLE001 - the statement says what is wrong
         return None
 
 
-def _catalog_table(spark: SparkSession, catalog: Any, database: str, table: str) -> Any:
-    """The session catalog's entry (CatalogTable) of ``database``.``table``: one catalog call."""
-    jvm = spark.sparkContext._jvm
-    ident = jvm_class(jvm, "org.apache.spark.sql.catalyst.TableIdentifier")(
+def _session_table(spark: SparkSession, ident: str) -> tuple[Any, str, str] | None:
+    """(session catalog, database, table) that ``ident`` names in a classic session, or None:
+    through Connect, for a name of another catalog (or of a session whose current catalog is
+    another), or a temporary view's name. Asks the catalog nothing."""
+    if is_connect(spark):
+        return None
+    parts = parse_name(ident)
+    state = spark._jsparkSession.sessionState()
+    if len(parts) == MAX_NAME_PARTS:
+        if parts[0].lower() != DEFAULT_CATALOG:
+            return None
+        parts = parts[1:]
+    elif str(state.catalogManager().currentCatalog().name()).lower() != DEFAULT_CATALOG:
+        return None
+    catalog = state.catalog()
+    if len(parts) == 1:
+        if catalog.getTempView(parts[0]).isDefined():
+            return None
+        return catalog, str(catalog.getCurrentDatabase()), parts[0]
+    if len(parts) == 2:  # noqa: PLR2004 - database.table
+        if parts[0].lower() == str(catalog.globalTempDatabase()).lower():
+            return None
+        return catalog, parts[0], parts[1]
+    return None
+
+
+def _table_identifier(jvm: Any, database: str, table: str) -> Any:
+    return jvm_class(jvm, "org.apache.spark.sql.catalyst.TableIdentifier")(
         table, jvm_class(jvm, "scala.Option").apply(database)
     )
+
+
+def _catalog_table(spark: SparkSession, catalog: Any, database: str, table: str) -> Any:
+    """The session catalog's entry (CatalogTable) of ``database``.``table``: one catalog call."""
+    ident = _table_identifier(spark.sparkContext._jvm, database, table)
     calls.catalog_call()
     return catalog.getTableMetadata(ident)
 

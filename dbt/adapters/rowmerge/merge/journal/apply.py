@@ -118,7 +118,7 @@ class Journal(Writer):
             self.discard(self.staging(entry.txn))
         # The change table needs no refresh: its version's partition is new, so no listing the
         # session holds can miss the files in it (register_partitions).
-        refresh_table(spark, target.ident)
+        refresh_table(spark, target.ident, files_at=target.location)
 
     def _fold(self, entry: Entry, steps: str) -> None:
         """Delete what the base ``entry`` commits stands for: the entries it folds first (once
