@@ -67,8 +67,8 @@ def refresh_table(spark: SparkSession, ident: str, files_at: str | None = None) 
     resolves the table first (a metastore request) and lists its files again, both thrown
     away at once, because it also refreshes the relation in place for DataFrames that hold
     it: a merge has the relation read again under its lock and forgets it after its commit,
-    so that was two requests and up to three listings of an unpartitioned table's files per
-    merge. Any doubt (Connect, another catalog, a temporary view, data the session has
+    so with it a merge resolved its table three times (a metastore request each) and listed an
+    unpartitioned table's files up to four times, where once each is needed. Any doubt (Connect, another catalog, a temporary view, data the session has
     cached): ``refreshTable``, counted as the catalog call it is.
 
     ``files_at``: the table's folder, once a commit has replaced files in it. Data the
