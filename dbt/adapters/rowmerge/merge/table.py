@@ -68,8 +68,9 @@ def refresh_table(spark: SparkSession, ident: str, files_at: str | None = None) 
     away at once, because it also refreshes the relation in place for DataFrames that hold
     it: a merge has the relation read again under its lock and forgets it after its commit,
     so with it a merge resolved its table three times (a metastore request each) and listed an
-    unpartitioned table's files up to four times, where once each is needed. Any doubt (Connect, another catalog, a temporary view, data the session has
-    cached): ``refreshTable``, counted as the catalog call it is.
+    unpartitioned table's files up to four times, where once each is needed. Any doubt
+    (Connect, another catalog, a temporary view, data the session has cached):
+    ``refreshTable``, counted as the catalog call it is.
 
     ``files_at``: the table's folder, once a commit has replaced files in it. Data the
     session cached from the table (``CACHE TABLE``, ``DataFrame.cache``) is then cached again
