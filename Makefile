@@ -71,8 +71,11 @@ undo-campaign: $(STAMP)
 
 # The merge benchmark (Delta Lake's grid + our cases; row_level_merge vs full rewrite vs delta-rs):
 # 10M rows in 64 files, 5 timed runs per case and system, interleaved; results in benchmarks/results/.
+# BENCH_ARGS="--minutes M" ends a sitting between two cases (exit code 3), BENCH_ARGS="--resume
+# --minutes M" goes on from the cases finished (benchmarks/progress.py); for every run.py target.
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py --rows 10000000 --files 64 --repeat 5
+	$(BIN)/python benchmarks/run.py --rows 10000000 --files 64 --repeat 5 $(BENCH_ARGS)
 
 # Smoke run of every case: 200k rows in 8 files, one run, results in a scratch folder.
 BENCH_QUICK_OUT ?= /tmp/rowmerge-bench-quick
@@ -84,14 +87,14 @@ bench-quick: $(STAMP)
 # with the 10M grid of `make bench` of the same commit (run that first: it is not timed twice).
 bench-sizes: $(STAMP)
 	$(BIN)/python benchmarks/run.py --sizes 1000000:16,2000000:32 --cases grid --repeat 5 \
-		--sizes-from benchmarks/results/results.json --out benchmarks/results/sizes
+		--sizes-from benchmarks/results/results.json --out benchmarks/results/sizes $(BENCH_ARGS)
 
 # The scale curve (1M, 10M, 50M rows), then the grid at 50M rows in 320 files, 5 runs per case
 # and system (not part of `make bench`; many hours on 2 cores).
 bench-scale: $(STAMP)
-	$(BIN)/python benchmarks/run.py --scale --rows 10000000 --files 64
+	$(BIN)/python benchmarks/run.py --scale --rows 10000000 --files 64 $(BENCH_ARGS)
 	$(BIN)/python benchmarks/run.py --sizes 50000000:320 --cases grid --repeat 5 \
-		--out benchmarks/results/scale-grid
+		--out benchmarks/results/scale-grid $(BENCH_ARGS)
 
 # A table's life (benchmarks/aging.py): 1,000 merges in each of four shapes from 2M rows in 16
 # files, row_level_merge (defaults: auto-compaction on) against itself with auto_compact off and

@@ -83,9 +83,9 @@ def markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
         f"{meta['machine']}; Spark `{meta['master']}`, driver memory {meta['driver_memory']}; "
         f"deltalake {meta['versions'].get('deltalake')}; {meta['date']}; commit {meta['commit']}. "
         f"Seconds are the median of {meta['repeat']} run(s)"
-        f"{' (one warm-up run of every system before the first case)' if meta['warmup'] else ''}"
+        f"{_warmup(meta)}"
         ", each on a fresh copy; ratios are "
-        f"row_level_merge / peer, same run. Whole run: {meta['duration_s'] / 60:.1f} min.",
+        f"row_level_merge / peer, same run. Whole run: {meta['duration_s'] / 60:.1f} min{_sittings(meta)}.",
         "",
         "| case | source rows | files rewritten | row_level_merge s | full rewrite s | delta-rs s "
         "| / full rewrite | / delta-rs | MB written (ours / full / delta-rs) | Spark jobs (ours / full) "
@@ -203,6 +203,19 @@ def chart(path: Path, meta: dict[str, Any], records: list[dict[str, Any]]) -> No
     plt.close(fig)
 
 
+def _sittings(meta: dict[str, Any]) -> str:
+    """How many sittings a resumed run took (benchmarks/progress.py), if more than one."""
+    n = meta.get("sittings", 1)
+    return f" in {n} sittings" if n > 1 else ""
+
+
+def _warmup(meta: dict[str, Any]) -> str:
+    if not meta["warmup"]:
+        return ""
+    each = " of each sitting" if meta.get("sittings", 1) > 1 else ""
+    return f" (one warm-up run of every system before the first case{each})"
+
+
 def write_results(out: Path, meta: dict[str, Any], records: list[dict[str, Any]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     doc = {"meta": meta, "summary": summary(records), "cases": records}
@@ -215,7 +228,8 @@ def scale_markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
     lines = [
         f"Scale curve: one run per point (a warm-up before the first), file size kept at "
         f"{meta['rows'] / meta['files']:,.0f} rows per file; {meta['machine']}; Spark `{meta['master']}`; "
-        f"{meta['date']}; commit {meta['commit']}. Whole run: {meta['duration_s'] / 60:.1f} min.",
+        f"{meta['date']}; commit {meta['commit']}. "
+        f"Whole run: {meta['duration_s'] / 60:.1f} min{_sittings(meta)}.",
         "",
         "| case | rows | files | row_level_merge s | full rewrite s | delta-rs s | / full rewrite "
         "| / delta-rs | same table |",
@@ -280,7 +294,7 @@ def sizes_markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
         f"{meta['commit']}. Seconds are the median of {meta['repeat']} runs (min–max beside it), the "
         "three systems interleaved within each repetition, each on a fresh copy of the same files. "
         f"Target: row_level_merge ≤ {REWRITE_FACTOR}× the full rewrite + {FIXED_ALLOWANCE_S} s. "
-        f"Whole run: {meta['duration_s'] / 60:.1f} min"
+        f"Whole run: {meta['duration_s'] / 60:.1f} min{_sittings(meta)}"
         + (
             f" (the {', '.join(f'{n:,}' for n in meta['sizes_from']['rows'])}-row grid is taken from "
             f"`{meta['sizes_from']['path']}`, a run of the same commit, and not counted here)."

@@ -21,6 +21,10 @@ selected cases at each ``rows:files`` size in turn, with each case's spread and 
 (report.py); ``--sizes-from results.json`` adds the selected cases of an earlier run of the same
 commit with as many repetitions or more (``make bench-sizes``: the grid at 1M and 2M rows, 5
 repetitions, with the 10M grid of ``make bench``, which would otherwise be timed twice).
+
+A run longer than a sitting: ``--minutes M`` (or a STOP file in ``--out``) ends it between two
+cases, exit code 3; ``--resume`` goes on from the cases it finished (``progress.py``, which
+also says what a resumed run must keep the same).
 """
 
 from __future__ import annotations
@@ -48,10 +52,14 @@ import report  # noqa: E402
 from cases import Case  # noqa: E402
 from measure import Usage, measured  # noqa: E402
 from peers import SOURCE_VIEW, SYSTEMS, Done, Job, table_hash  # noqa: E402
+from progress import Progress, Stopped, code_id  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from webreturns import BaseTable, generate, write_source  # noqa: E402
 
 SYSTEM_ORDER = ("row_level_merge", "full_rewrite", "delta_rs")
+# The exit code of a sitting that ended before the run was whole (--minutes, STOP): not a
+# success, so that `make bench-scale` does not go on to its second run.
+STOPPED = 3
 # Counters both engines report that must agree (updates may differ: row_level_merge does not
 # count an update that changes nothing, see skip_unchanged_updates).
 SAME_COUNTERS = ("inserted", "deleted")
@@ -210,12 +218,20 @@ def _problems(case: Case, results: dict[str, SystemRuns]) -> list[str]:
 
 
 def run_cases(
-    spark: SparkSession, cases: list[Case], rows: int, files: int, work: Path, repeat: int, warmup: bool
+    spark: SparkSession, cases: list[Case], rows: int, files: int, work: Path, repeat: int, progress: Progress
 ) -> list[dict[str, Any]]:
+    """Each case at ``rows`` in ``files`` files, or its record from an earlier sitting; raises
+    Stopped between two cases when the sitting is over."""
     bases: dict[str, BaseTable] = {}
     sources: dict[str, tuple[Path, int]] = {}
     records = []
-    for i, case in enumerate(cases):
+    for case in cases:
+        earlier = progress.done(case.name, rows, files)
+        if earlier is not None:
+            records.append(earlier)
+            print(report.case_line(earlier) + "  [an earlier sitting]", flush=True)
+            continue
+        progress.check()
         if case.table not in bases:
             started = time.monotonic()
             bases[case.table] = generate(spark, case.table, rows, files, work / "base" / case.table)
@@ -231,8 +247,9 @@ def run_cases(
             sources[case.source_key] = (path, write_source(spark, case.source, base, path))
         source_dir, source_rows = sources[case.source_key]
         started = time.monotonic()
-        record = run_case(spark, case, base, source_dir, source_rows, work, repeat, warmup and i == 0)
+        record = run_case(spark, case, base, source_dir, source_rows, work, repeat, progress.take_warmup())
         records.append(record)
+        progress.add(record)
         print(report.case_line(record) + f"  [{time.monotonic() - started:.0f} s]", flush=True)
     return records
 
@@ -250,7 +267,15 @@ def _commit() -> str:
     return head.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
-def meta(args: argparse.Namespace, started: float, spark: SparkSession) -> dict[str, Any]:
+def machine() -> str:
+    try:
+        mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
+    except (ValueError, OSError):
+        mem_gb = 0
+    return f"{platform.machine()}, {os.cpu_count()} cores, {mem_gb} GiB, Python {platform.python_version()}"
+
+
+def versions() -> dict[str, str]:
     from importlib.metadata import version
 
     def _version(pkg: str) -> str:
@@ -259,23 +284,24 @@ def meta(args: argparse.Namespace, started: float, spark: SparkSession) -> dict[
         except Exception:
             return "?"
 
-    try:
-        mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
-    except (ValueError, OSError):
-        mem_gb = 0
-    python = platform.python_version()
+    return {p: _version(p) for p in ("pyspark", "deltalake", "pyarrow", "dbt-rowmerge")}
+
+
+def meta(args: argparse.Namespace, progress: Progress, spark: SparkSession) -> dict[str, Any]:
     return {
         "rows": args.rows,
         "files": args.files,
         "repeat": args.repeat,
         "warmup": not args.no_warmup,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {mem_gb} GiB, Python {python}",
+        "machine": machine(),
         "master": spark.sparkContext.master,
         "driver_memory": args.driver_memory,
-        "versions": {p: _version(p) for p in ("pyspark", "deltalake", "pyarrow", "dbt-rowmerge")},
+        "versions": versions(),
         "commit": args.commit,
-        "date": time.strftime("%Y-%m-%d"),
-        "duration_s": round(time.monotonic() - started),
+        "code": args.code,
+        "date": progress.dates(),
+        "duration_s": progress.seconds(),
+        "sittings": len(progress.sittings),
     }
 
 
@@ -302,35 +328,67 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results", help="where results are written")
     parser.add_argument("--work", type=Path, default=ROOT / "work", help="scratch space for tables")
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from <out>/progress-<mode>.json: skip the cases an earlier sitting finished (same code, "
+        "same run asked for)",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="end the sitting between two cases after this long (or when <out>/STOP exists); "
+        "go on later with --resume",
+    )
     args = parser.parse_args(argv)
     args.commit = _commit()  # the code that runs: taken now, not when the run ends
+    args.code = code_id()
 
-    started = time.monotonic()
+    # Refused before Spark starts (and before hours of runs): another commit's results to add,
+    # or a run to resume that asked for other code.
+    args.out.mkdir(parents=True, exist_ok=True)
+    earlier = sizes_from(args) if args.sizes and args.sizes_from else []
+    progress = Progress.open(
+        args.out,
+        run_params(args),
+        machine(),
+        resume=args.resume,
+        minutes=args.minutes,
+        warmup=not args.no_warmup,
+    )
     work: Path = args.work.resolve()
     for sub in ("base", "sources", "runs", "warehouse", "metastore_db"):
         shutil.rmtree(work / sub, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     spark = spark_session(work, args.driver_memory)
     spark.sql("CREATE DATABASE IF NOT EXISTS bench")
-    args.out.mkdir(parents=True, exist_ok=True)
 
+    try:
+        if args.sizes:
+            records = run_sizes(spark, args, work, progress) + earlier
+        elif args.scale:
+            records = run_scale(spark, args, work, progress)
+        else:
+            records = run_cases(
+                spark, case_list.select(args.cases), args.rows, args.files, work, args.repeat, progress
+            )
+    except Stopped as stopped:
+        print(str(stopped), flush=True)
+        return STOPPED
+    about = meta(args, progress, spark)
     if args.sizes:
-        earlier = sizes_from(args) if args.sizes_from else []  # refused before hours of runs
-        records = run_sizes(spark, args, work) + earlier
-        about = meta(args, started, spark)
         if earlier:
             about["sizes_from"] = {"path": str(args.sizes_from), "rows": sorted({r["rows"] for r in earlier})}
         report.write_sizes(args.out, about, records)
         print((args.out / "sizes.md").read_text())
     elif args.scale:
-        records = run_scale(spark, args, work)
-        report.write_scale(args.out, meta(args, started, spark), records)
+        report.write_scale(args.out, about, records)
         print((args.out / "scale.md").read_text())
     else:
-        cases = case_list.select(args.cases)
-        records = run_cases(spark, cases, args.rows, args.files, work, args.repeat, not args.no_warmup)
-        report.write_results(args.out, meta(args, started, spark), records)
+        report.write_results(args.out, about, records)
         print((args.out / "results.md").read_text())
+    progress.finish()
     failed = [r["case"] for r in records if not r["identical"]]
     if failed:
         print(f"\n!!!!! FAILED CASES ({len(failed)}): {', '.join(failed)}", file=sys.stderr)
@@ -338,16 +396,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_sizes(spark: SparkSession, args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+def run_params(args: argparse.Namespace) -> dict[str, Any]:
+    """What a resumed run must ask for again: the same code, timed the same way."""
+    mode = "sizes" if args.sizes else "scale" if args.scale else "cases"
+    params: dict[str, Any] = {"mode": mode, "code": args.code, "cases": args.cases, "repeat": args.repeat}
+    params.update(
+        {"sizes": args.sizes}
+        if args.sizes
+        else {"rows": args.rows, "files": args.files, "scale_rows": args.scale_rows}
+        if args.scale
+        else {"rows": args.rows, "files": args.files}
+    )
+    return {**params, "versions": versions(), "driver_memory": args.driver_memory}
+
+
+def run_sizes(
+    spark: SparkSession, args: argparse.Namespace, work: Path, progress: Progress
+) -> list[dict[str, Any]]:
     """The selected cases at each ``rows:files`` of ``--sizes``, ``--repeat`` timed runs each (the
-    warm-up, if any, before the first size only)."""
+    warm-up, if any, before the first case of the sitting only)."""
     cases = case_list.select(args.cases)
     records = []
-    for i, size in enumerate(args.sizes.split(",")):
+    for size in args.sizes.split(","):
         rows, _, files = size.partition(":")
-        records += run_cases(
-            spark, cases, int(rows), int(files), work, args.repeat, warmup=i == 0 and not args.no_warmup
-        )
+        records += run_cases(spark, cases, int(rows), int(files), work, args.repeat, progress)
         for sub in ("base", "sources", "runs"):
             shutil.rmtree(work / sub, ignore_errors=True)
     return records
@@ -360,12 +432,15 @@ def sizes_from(args: argparse.Namespace) -> list[dict[str, Any]]:
     if not path.is_file():
         raise SystemExit(f"--sizes-from {path}: no such file; run `make bench` first")
     doc = json.loads(path.read_text())
-    found, runs = doc["meta"].get("commit"), doc["meta"].get("repeat", 0)
-    if found != args.commit or "+changes" in str(found) or runs < args.repeat:
+    # The code it timed (results committed since do not change it), or for a run older than
+    # that record, the commit.
+    what, mine = ("code", args.code) if doc["meta"].get("code") else ("commit", args.commit)
+    found, runs = doc["meta"].get(what), doc["meta"].get("repeat", 0)
+    if found != mine or "+changes" in str(found) or runs < args.repeat:
         raise SystemExit(
-            f"--sizes-from {path}: it timed commit {found} {runs} times per case; this run needs "
-            f"commit {args.commit} (no uncommitted changes) at least {args.repeat} times: run `make bench` "
-            "on this commit first"
+            f"--sizes-from {path}: it timed {what} {found} {runs} times per case; this run needs "
+            f"{what} {mine} (no uncommitted changes) at least {args.repeat} times: run `make bench` "
+            "on this code first"
         )
     wanted = {c.name for c in case_list.select(args.cases)}
     records = [r for r in doc["cases"] if r["case"] in wanted]
@@ -375,14 +450,17 @@ def sizes_from(args: argparse.Namespace) -> list[dict[str, Any]]:
     return records
 
 
-def run_scale(spark: SparkSession, args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
-    """The scale curve: each SCALE case at each size, one timed run (a warm-up at the first size)."""
+def run_scale(
+    spark: SparkSession, args: argparse.Namespace, work: Path, progress: Progress
+) -> list[dict[str, Any]]:
+    """The scale curve: each SCALE case at each size, one timed run (a warm-up before the
+    sitting's first case)."""
     rows_per_file = args.rows / args.files
     cases = case_list.select(",".join(case_list.SCALE))
     records = []
-    for i, rows in enumerate(int(r) for r in args.scale_rows.split(",")):
+    for rows in (int(r) for r in args.scale_rows.split(",")):
         files = max(1, round(rows / rows_per_file))
-        for r in run_cases(spark, cases, rows, files, work, 1, warmup=i == 0 and not args.no_warmup):
+        for r in run_cases(spark, cases, rows, files, work, 1, progress):
             records.append(r)
         for sub in ("base", "sources", "runs"):
             shutil.rmtree(work / sub, ignore_errors=True)

@@ -1,5 +1,6 @@
 """`make bench-sizes` takes the 10M grid from `make bench` (benchmarks/run.py: sizes_from) only
-when that run timed the same commit at least as many times per case, and has every case."""
+when that run timed the same code (benchmarks/progress.py: code_id; the commit, for a run that
+did not record it) at least as many times per case, and has every case."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ import run  # noqa: E402
 from cases import GRID  # noqa: E402
 
 
-def results(path: Path, commit: str, repeat: int, cases: list[str]) -> Path:
+def results(path: Path, commit: str, repeat: int, cases: list[str], code: str | None = None) -> Path:
     doc = {
-        "meta": {"commit": commit, "repeat": repeat, "rows": 10_000_000},
+        "meta": {"commit": commit, "repeat": repeat, "rows": 10_000_000, **({"code": code} if code else {})},
         "cases": [{"case": name, "group": "grid", "rows": 10_000_000} for name in cases]
         + [{"case": "upsert_recent", "group": "dbt", "rows": 10_000_000}],
     }
@@ -26,8 +27,8 @@ def results(path: Path, commit: str, repeat: int, cases: list[str]) -> Path:
     return path
 
 
-def args(path: Path, commit: str = "abc1234", repeat: int = 5) -> argparse.Namespace:
-    return argparse.Namespace(sizes_from=path, commit=commit, repeat=repeat, cases="grid")
+def args(path: Path, commit: str = "abc1234", repeat: int = 5, code: str = "c0de") -> argparse.Namespace:
+    return argparse.Namespace(sizes_from=path, commit=commit, repeat=repeat, cases="grid", code=code)
 
 
 def test_the_grid_of_the_same_commit_is_taken(tmp_path: Path) -> None:
@@ -46,8 +47,29 @@ def test_the_grid_of_the_same_commit_is_taken(tmp_path: Path) -> None:
 )
 def test_another_commit_or_fewer_runs_is_refused(tmp_path: Path, commit: str, repeat: int, said: str) -> None:
     path = results(tmp_path / "results.json", commit, repeat, [c.name for c in GRID])
-    with pytest.raises(SystemExit, match="run `make bench` on this commit first") as caught:
+    with pytest.raises(SystemExit, match="run `make bench` on this code first") as caught:
         run.sizes_from(args(path))
+    assert said in str(caught.value)
+
+
+def test_the_same_code_is_taken_from_a_later_commit(tmp_path: Path) -> None:
+    # The results were committed after the run: HEAD moved, the code it timed did not.
+    path = results(tmp_path / "results.json", "abc1234", 5, [c.name for c in GRID], code="c0de")
+    records = run.sizes_from(args(path, commit="def5678", code="c0de"))
+    assert len(records) == len(GRID)
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("beef", "it timed code beef 5 times per case; this run needs code c0de"),
+        ("c0de+changes", "it timed code c0de+changes 5 times"),
+    ],
+)
+def test_other_code_is_refused_whatever_the_commit(tmp_path: Path, code: str, said: str) -> None:
+    path = results(tmp_path / "results.json", "abc1234", 5, [c.name for c in GRID], code=code)
+    with pytest.raises(SystemExit, match="on this code first") as caught:
+        run.sizes_from(args(path, code="c0de"))
     assert said in str(caught.value)
 
 
