@@ -110,7 +110,7 @@
     {%- set replaced = adapter.rowmerge_replace(
           target_relation.render(), initial_view, partition_by, file_format,
           rowmerge_changes_table(model.config, target_relation),
-          rowmerge_feed_on_replace(model.config), config.get('tblproperties')) -%}
+          rowmerge_feed_on_replace(model.config), config.get('tblproperties'), spec) -%}
   {%- endif -%}
 
   {%- if empty_run -%}

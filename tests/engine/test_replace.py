@@ -12,14 +12,18 @@ from datetime import datetime
 import pytest
 
 from dbt.adapters.rowmerge.merge import (
+    JournalError,
     UnsupportedTableError,
+    as_of,
     faults,
     history,
     recover,
     replace_problem,
     replace_table,
+    restore,
     start_history,
 )
+from dbt.adapters.rowmerge.merge.spec import Upkeep
 from tests.engine.helpers import UPSERT, create_table, merge, rows, source_view, table_dir
 
 
@@ -79,6 +83,42 @@ def test_replace_is_the_next_version_and_its_feed_deletes_old_rows_and_inserts_n
         (3, "update_postimage", 4, "D"),
         (3, "update_preimage", 4, "d"),
     ]
+
+
+def _retained(spark, t: str) -> list[str]:
+    root = os.path.join(table_dir(spark, t), "_rowmerge_log", "retained")
+    return sorted(os.listdir(root)) if os.path.isdir(root) else []
+
+
+def test_a_refresh_of_a_table_with_only_its_first_version_keeps_that_version(spark, db):
+    # The first run records no retention policy; the refresh keeps the old table by default,
+    # as a merge would (retain_versions 24), so a bad refresh can be undone.
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b")]])
+    start_history(spark, t, "CREATE TABLE")
+
+    done = replace_table(spark, t, spark.createDataFrame([(9, "z")], "id long, v string"))
+
+    assert done.version == 1 and rows(spark, t) == [(9, "z")]
+    assert _retained(spark, t) == [f"{1:020d}"]
+    assert sorted(tuple(r) for r in as_of(spark, t, version=0).collect()) == [(1, "a"), (2, "b")]
+    restore(spark, t, version=0)
+    assert rows(spark, t) == [(1, "a"), (2, "b")]
+
+
+def test_a_refresh_keeps_what_the_models_retention_says(spark, db):
+    t, _ = _model(spark, db, feed=False)  # versions 0 (create) and 1 (a merge, default policy)
+    new = spark.createDataFrame([(7, "q")], "id long, v string")
+
+    replace_table(spark, t, new, upkeep=Upkeep(retain_versions=0, retain_hours=0))
+
+    # Off: the old table's files are deleted, not retained, and the setting is stored.
+    assert f"{2:020d}" not in _retained(spark, t)
+    with pytest.raises(JournalError, match="Version 1 .* can no longer be read.*from 2 on"):
+        as_of(spark, t, version=1).collect()
+    assert history(spark, t)[0]["operation"] == "REPLACE TABLE"
+    replace_table(spark, t, spark.createDataFrame([(8, "r")], "id long, v string"))
+    assert _retained(spark, t) == []  # the stored setting (off) carries on
 
 
 def test_replace_feed_applied_by_a_consumer_gives_every_change_exactly_once(spark, db):

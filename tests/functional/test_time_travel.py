@@ -1,7 +1,9 @@
 """Time travel from dbt: a model's `retain_versions` keeps the files its merges replace,
 `dbt run-operation rowmerge_restore` brings a version's rows back (the model's unique_key
 pairing changed rows into updates in its change feed), and a model selects from
-`{{ rowmerge_as_of(ref(...), N) }}`; bad retention config is refused naming the key."""
+`{{ rowmerge_as_of(ref(...), N) }}`; a `--full-refresh` keeps the table it replaces as a
+merge keeps the files it replaces (by default, or as the model's retention says); bad
+retention config is refused naming the key."""
 
 from __future__ import annotations
 
@@ -75,6 +77,29 @@ class TestAsOfMacro:
         )
         run_dbt(["run", "--select", "orders_at_1"])
         assert rows(project, "orders_at_1") == [(1, "x"), (2, "b"), (3, "c")]
+
+
+class TestFullRefreshRetention:
+    def test_a_refresh_is_undone_unless_the_model_turned_retention_off(self, project):
+        # Both models are refreshed right after their first run: version 0 records no policy.
+        for name, extra in (("kept", ""), ("off", ", retain_versions=0, retain_hours=0")):
+            model = incremental_model(f"unique_key='id', auto_compact=false{extra}", STEP1, STEP2)
+            write_file(model, project.project_root, "models", f"{name}.sql")
+        ok(run_step(1), "kept")
+        results = run_step(2, "--full-refresh")
+        assert [ok(results, n).adapter_response["code"] for n in ("kept", "off")] == ["REPLACE TABLE"] * 2
+        for name in ("kept", "off"):
+            assert rows(project, name) == [(1, "x"), (3, "c")]
+
+        restore = ["run-operation", "rowmerge_restore", "--args"]
+        _, output = run_dbt_and_capture([*restore, f"{{relation: {table(project, 'kept')}, version: 0}}"])
+        assert "restored the rows of version 0 as version 2" in output, output
+        assert rows(project, "kept") == [(1, "a"), (2, "b")]
+        _, refused = run_dbt_and_capture(
+            [*restore, f"{{relation: {table(project, 'off')}, version: 0}}"], expect_pass=False
+        )
+        assert "Version 0 of" in refused and "can no longer be read" in refused, refused
+        assert rows(project, "off") == [(1, "x"), (3, "c")]
 
 
 class TestBadRetentionConfig:

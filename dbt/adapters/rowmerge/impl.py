@@ -397,9 +397,11 @@ class RowMergeAdapter(SparkAdapter):
         changes_table: str | None = None,
         feed_on_replace: Any = True,
         tblproperties: Any = None,
+        spec: merge.MergeSpec | None = None,
     ) -> RowMergeAdapterResponse | None:
         """A full refresh as the table's next version (its history and change feed go on), or
-        None when it cannot be one (dbt then rebuilds the table; warned)."""
+        None when it cannot be one (dbt then rebuilds the table; warned). ``spec``: the model's
+        validated spec, whose retention settings say what the refresh keeps of the old table."""
         parts = [partition_by] if isinstance(partition_by, str) else list(partition_by or [])
         fmt = str(file_format or "parquet")
         props = {str(k): str(v) for k, v in dict(tblproperties or {}).items()}
@@ -424,6 +426,7 @@ class RowMergeAdapter(SparkAdapter):
                 change_data_feed=changes_table or None,
                 feed_on_replace=feed_on_replace is not False,
                 table_properties=props or None,
+                upkeep=spec.upkeep if spec is not None else None,
             )
 
         done = self._engine(replace, str(relation))

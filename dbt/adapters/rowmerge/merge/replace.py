@@ -40,14 +40,14 @@ from . import faults, feed_owner
 from .cdf import CHANGE_TYPE, ChangesTable, feed_schema, prepare_feed_table, write_feed_rows
 from .errors import MergeCommittedError, StorageError, UnsupportedTableError, spark_reason
 from .filestats import indexed_columns
-from .journal import Journal, Staging
+from .journal import Journal, Retention, Staging, chosen_retention
 from .lock import TableLock
 from .notices import warn
 from .outputs import DELETE, INSERT, q
 from .reshape import Shape, plan_shape, reregister
 from .rewrite import StagedFile, staged_files
 from .run import open_journal, recover_locked, storage_errors, table_lock
-from .spec import DEFAULT_LOCK_TIMEOUT_S
+from .spec import DEFAULT_LOCK_TIMEOUT_S, Upkeep
 from .sqltext import sql_string
 from .storage import storage_for
 from .table import TargetTable, add_columns, catalog_sql, column_ddl, load_target
@@ -184,12 +184,16 @@ def replace_table(
     feed_on_replace: bool = True,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     table_properties: Mapping[str, str] | None = None,
+    upkeep: Upkeep | None = None,
 ) -> Replaced:
     """Replace every row of ``table_name`` with ``rows``, committed as the next version.
 
     ``change_data_feed``: the model's change table (its change rows: the old rows as
     ``delete``, the new as ``insert``, unless ``feed_on_replace`` is false).
-    ``table_properties``: set on the table (the model's ``tblproperties``). Raises
+    ``table_properties``: set on the table (the model's ``tblproperties``). ``upkeep``: the
+    model's retention settings, which decide (as a merge's do) whether the replaced table's
+    files are kept in ``retained/``: each setting given, else the table's stored one, else
+    the default, which keeps them. Raises
     UnsupportedTableError when the table cannot be replaced as a version (see
     :func:`replace_problem`), before anything is written.
     """
@@ -220,7 +224,7 @@ def replace_table(
                     f"{OPERATION} {target.name} cannot keep the table's history: {exc}"
                 ) from None
         done = _replace(
-            spark, journal, lock, target, rows, versions, change_data_feed, feed_on_replace, shape
+            spark, journal, lock, target, rows, versions, change_data_feed, feed_on_replace, shape, upkeep
         )
     if table_properties and shape is None:
         props = ", ".join(f"{sql_string(str(k))} = {sql_string(str(v))}" for k, v in table_properties.items())
@@ -232,6 +236,14 @@ def replace_table(
                 f"refused: {spark_reason(exc)}"
             )
     return done
+
+
+def _retention(upkeep: Upkeep | None, stored: Retention | None) -> Retention | None:
+    """What the refresh's version keeps of the table it replaces: as a merge decides it, so
+    a table whose only version is the first run's (which records no policy) keeps it too."""
+    if upkeep is None:
+        return chosen_retention(None, None, stored)
+    return chosen_retention(upkeep.retain_versions, upkeep.retain_hours, stored, upkeep.feed_retain_versions)
 
 
 def _fields(
@@ -283,6 +295,7 @@ def _replace(
     change_data_feed: str | None,
     feed_on_replace: bool,
     shape: Shape | None,
+    upkeep: Upkeep | None,
 ) -> Replaced:
     fields, feed_fields = _fields(target, rows, shape)
     layout = shape.target(target) if shape is not None else target  # how the new files lie
@@ -343,7 +356,7 @@ def _replace(
             catalog=shape.as_json() if shape is not None else None,
             # the table's clustering stays while its columns do (a reshape may drop one)
             cluster_by=_kept_clustering(newest.cluster_by if newest else None, fields),
-            retention=newest.retention if newest else None,
+            retention=_retention(upkeep, newest.retention if newest else None),
         )
         lock.check()
         journal.check(entry, target, recovering=False)
