@@ -1039,8 +1039,17 @@ def main() -> None:
         help="stop cleanly between two merges after this long (or when <work>/STOP exists); "
         "go on later with --resume",
     )
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write the report of the shapes already finished in --work, and run nothing: a "
+        "finished shape's evidence, saved before a long run's next shape ends",
+    )
     args = p.parse_args()
     work = Path(args.work)
+    if args.report_only:
+        report_finished(work, args.shapes.split(","), Path(args.out))
+        return
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
     stop_file = work / "STOP"
@@ -1072,6 +1081,27 @@ def main() -> None:
     if results:
         write_report(results, meta, Path(args.out))
         print(f"{len(results)} shape(s) done in {meta['minutes']} min; {Path(args.out) / 'aging.md'}")
+
+
+def report_finished(work: Path, shapes: list[str], out: Path) -> None:
+    """The report of the finished shapes among ``shapes`` in ``work``, from their saved state."""
+    paths = [work / name / "state.json" for name in shapes]
+    states = [json.loads(path.read_text()) for path in paths if path.is_file()]
+    finished = [st for st in states if st.get("result") is not None]
+    if not finished:
+        raise SystemExit(f"--report-only: no shape of {', '.join(shapes)} is finished in {work}")
+    engines = {st["engine"] for st in finished}
+    meta = {
+        "machine": f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}",
+        "rows": finished[0]["base"]["rows"],
+        "files": len(finished[0]["base"]["files"]),
+        "merges": finished[0]["merges"],
+        "engine": ", ".join(sorted(engines)),
+        "minutes": round(sum(_minutes(st["result"]["slices"]) for st in finished), 1),
+    }
+    write_report([st["result"] for st in finished], meta, out)
+    names = ", ".join(st["result"]["shape"] for st in finished)
+    print(f"{len(finished)} finished shape(s): {names}; {out / 'aging.md'}")
 
 
 def _minutes(slices: list[dict[str, Any]]) -> float:
