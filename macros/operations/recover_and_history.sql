@@ -28,35 +28,43 @@
 
 {#-- Compact a table's small files as an OPTIMIZE version (no row changes, no change rows):
      dbt run-operation rowmerge_optimize --args '{relation: analytics.orders, cluster_by: [order_id]}'
-     As a post-hook: post_hook="{{ rowmerge_optimize(this) }}". cluster_by defaults to the
-     model's unique_key (the model whose relation this is), else the table's stored clustering;
-     cluster_by: [] packs files without ordering rows and clears the stored clustering. --#}
+     As a post-hook: post_hook="{{ rowmerge_optimize(this) }}". Without arguments it follows the
+     model whose relation this is: cluster_by is the model's `cluster_by`, else the table's stored
+     clustering, else the model's unique_key (less partition columns; not stored), and
+     target_file_size_mb the model's. cluster_by: [] packs files without ordering rows and clears
+     the stored clustering. --#}
 {% macro rowmerge_optimize(relation, cluster_by=none, partition_filter=none, target_file_size_mb=none, dry_run=false) %}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
-  {%- set keys = cluster_by -%}
-  {%- if keys is none -%}
-    {%- set keys = rowmerge_model_key(relation) -%}
-  {%- elif keys is string -%}
+  {%- set model = rowmerge_model_config(relation) or {} -%}
+  {%- set keys = cluster_by if cluster_by is not none else model.get('cluster_by') -%}
+  {%- if keys is string -%}
     {%- set keys = [keys] -%}
   {%- endif -%}
-  {%- set done = adapter.rowmerge_optimize(relation, keys, partition_filter, target_file_size_mb, dry_run) -%}
+  {%- set size = target_file_size_mb if target_file_size_mb is not none else model.get('target_file_size_mb') -%}
+  {%- set done = adapter.rowmerge_optimize(relation, keys, partition_filter, size, dry_run, rowmerge_model_key(relation)) -%}
   {{ log("rowmerge_optimize " ~ relation ~ ": " ~ done.message, info=True) }}
   {#-- as a hook, renders to no SQL: the work is done --#}
   {{ return('') }}
 {% endmacro %}
 
 
-{#-- The unique_key of the project's model whose relation is `relation` (none if it has none). --#}
-{% macro rowmerge_model_key(relation) %}
+{#-- The config of the project's model whose relation is `relation` (none if no model's is). --#}
+{% macro rowmerge_model_config(relation) %}
   {%- set wanted = relation.render() if relation.render is defined else relation | string -%}
   {%- for node in graph.nodes.values() if node.resource_type == 'model' -%}
     {%- set rel = api.Relation.create(schema=node.schema, identifier=node.alias) -%}
     {%- if rel.render() == wanted or node.relation_name == wanted -%}
-      {%- set key = node.config.get('unique_key') -%}
-      {{ return([key] if key is string else key) }}
+      {{ return(node.config) }}
     {%- endif -%}
   {%- endfor -%}
   {{ return(none) }}
+{% endmacro %}
+
+
+{#-- The unique_key of the project's model whose relation is `relation` (none if it has none). --#}
+{% macro rowmerge_model_key(relation) %}
+  {%- set key = (rowmerge_model_config(relation) or {}).get('unique_key') -%}
+  {{ return([key] if key is string else key) }}
 {% endmacro %}
 
 

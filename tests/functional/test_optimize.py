@@ -1,9 +1,12 @@
 """Compaction from dbt: auto-compaction after a model's merge (an OPTIMIZE version right after
-it), `dbt run-operation rowmerge_optimize` (cluster_by defaulting to the model's unique_key),
-the post-hook form, and bad upkeep config refused before anything runs."""
+it), `dbt run-operation rowmerge_optimize` (following the model: its cluster_by, else the
+table's stored clustering, else its unique_key less partition columns; its
+target_file_size_mb), the post-hook form, and bad upkeep config or arguments refused before
+anything runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -95,9 +98,70 @@ class TestOptimizeOperation:
         assert _history(project, "orders")[0] == (3, "OPTIMIZE", 1, 3)
         assert _data_files(project, "orders") == 1
         assert rows(project, "orders") == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
-        # stored with the table: the model's unique_key became its clustering
-        log = os.path.join(_folder(project, "orders"), "_rowmerge_log", f"{3:020d}.json")
-        assert '"cluster_by": [\n  "id"\n ]' in open(log).read()
+        # ordered by the model's unique_key, which is not stored as the table's clustering
+        # (a merge's compaction sorts by its key anyway)
+        entry = _entry(project, "orders", 3)
+        assert entry["metrics"]["orderedBy"] == ["id"] and "cluster_by" not in entry
+
+
+def _entry(project, name: str, version: int) -> dict:
+    with open(os.path.join(_folder(project, name), "_rowmerge_log", f"{version:020d}.json")) as fh:
+        return json.load(fh)
+
+
+PARTITIONED = (
+    values("id, name, day", "(1, 'a', 'd1')", "(2, 'b', 'd1')"),
+    values("id, name, day", "(3, 'c', 'd1')"),
+    values("id, name, day", "(4, 'd', 'd1')"),
+)
+
+
+class TestOptimizeFollowsTheModel:
+    def test_the_models_cluster_by_and_size_and_a_key_with_its_partition_column(self, project):
+        models = {
+            "clustered": (
+                "unique_key='id', cluster_by='name', target_file_size_mb=2, auto_compact=false",
+                (STEP1, STEP2, STEP3),
+            ),
+            "daily": ("unique_key=['day', 'id'], partition_by='day', auto_compact=false", PARTITIONED),
+        }
+        for name, (config, steps) in models.items():
+            write_file(incremental_model(config, *steps), project.project_root, "models", f"{name}.sql")
+        for step in (1, 2, 3):
+            done = run_step(step)
+            ok(done, "clustered"), ok(done, "daily")
+        for name in models:
+            _, output = run_dbt_and_capture(
+                ["run-operation", "rowmerge_optimize", "--args", f"{{relation: {table(project, name)}}}"]
+            )
+            assert f"rowmerge_optimize {table(project, name)}: {table(project, name)}: rewrote 3 of" in output
+        clustered = _entry(project, "clustered", 3)
+        assert clustered["metrics"]["orderedBy"] == ["name"] and clustered["cluster_by"] == ["name"]
+        assert clustered["metrics"]["targetFileSizeMb"] == 2
+        daily = _entry(project, "daily", 3)  # ordered by the key inside each day's files
+        assert daily["metrics"]["orderedBy"] == ["id"] and "cluster_by" not in daily
+        assert daily["metrics"]["targetFileSizeMb"] == 128
+        assert rows(project, "daily", "id, name") == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+
+    def test_a_dry_run_given_as_a_word(self, project):
+        write_file(
+            incremental_model("unique_key='id', auto_compact=false", STEP1, STEP2),
+            project.project_root,
+            "models",
+            "orders.sql",
+        )
+        ok(run_step(1), "orders")
+        ok(run_step(2), "orders")
+        relation = table(project, "orders")
+        optimize = ["run-operation", "rowmerge_optimize", "--args"]
+        _, dry = run_dbt_and_capture([*optimize, f"{{relation: {relation}, dry_run: 'TRUE'}}"])
+        assert "would rewrite 2 of 2 file(s)" in dry
+        _, refused = run_dbt_and_capture(
+            [*optimize, f"{{relation: {relation}, dry_run: 'maybe'}}"], expect_pass=False
+        )
+        assert "`dry_run` must be true or false, got 'maybe'" in refused
+        _, done = run_dbt_and_capture([*optimize, f"{{relation: {relation}, dry_run: 'false'}}"])
+        assert "rewrote 2 of 2 file(s)" in done and "(version 2)" in done
 
 
 class TestOptimizePostHook:

@@ -38,6 +38,16 @@ def _relation_name(relation: Any) -> str:
     return relation.render() if hasattr(relation, "render") else str(relation)
 
 
+def _flag(value: Any, name: str) -> bool:
+    """A run-operation's true/false argument: a boolean, or the words (``--args`` quoted them);
+    anything else refused naming the argument, rather than read as true."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise merge.MergeSpecError([f"`{name}` must be true or false, got {value!r}"])
+
+
 class _ToDbtLog(logging.Handler):
     """Forward the engine's log lines (logger ``rowmerge``) to dbt's log: its phase lines
     ("materializing the source", "scanning 3 of 64 files", ...) at debug level (the console
@@ -271,10 +281,14 @@ class RowMergeAdapter(SparkAdapter):
         cluster_by: Any = None,
         partition_filter: str | None = None,
         target_file_size_mb: float | None = None,
-        dry_run: bool = False,
+        dry_run: Any = False,
+        default_cluster_by: Any = None,
     ) -> dict[str, Any]:
-        """Compact the table's small files as an OPTIMIZE version (merge.optimize)."""
+        """Compact the table's small files as an OPTIMIZE version (merge.optimize);
+        ``default_cluster_by``: the model's unique_key, used when neither ``cluster_by`` nor
+        the table's stored clustering says how to order rows."""
         name = _relation_name(relation)
+        fallback = [default_cluster_by] if isinstance(default_cluster_by, str) else default_cluster_by
         done = self._engine(
             lambda spark: merge.optimize(
                 spark,
@@ -282,7 +296,8 @@ class RowMergeAdapter(SparkAdapter):
                 partition_filter=partition_filter,
                 cluster_by=cluster_by,
                 target_file_size_mb=target_file_size_mb,
-                dry_run=bool(dry_run),
+                dry_run=_flag(dry_run, "dry_run"),
+                default_cluster_by=list(fallback or []) or None,
             ),
             name,
         )
@@ -295,13 +310,13 @@ class RowMergeAdapter(SparkAdapter):
         version: int | None = None,
         timestamp: str | None = None,
         unique_key: Any = None,
-        dry_run: bool = False,
+        dry_run: Any = False,
     ) -> dict[str, Any]:
         """Make the table's rows those of an earlier version again, as a RESTORE version."""
         name = _relation_name(relation)
         done = self._engine(
             lambda spark: merge.restore(
-                spark, name, version, timestamp, unique_key=unique_key, dry_run=bool(dry_run)
+                spark, name, version, timestamp, unique_key=unique_key, dry_run=_flag(dry_run, "dry_run")
             ),
             name,
         )
@@ -325,8 +340,8 @@ class RowMergeAdapter(SparkAdapter):
                 name,
                 retain_versions,
                 retain_hours,
-                dry_run=dry_run,
-                force=force,
+                dry_run=_flag(dry_run, "dry_run"),
+                force=_flag(force, "force"),
                 change_feed_retain_versions=change_feed_retain_versions,
             ),
             name,

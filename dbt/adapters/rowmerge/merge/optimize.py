@@ -124,12 +124,16 @@ def optimize(
     target_file_size_mb: float | None = None,
     dry_run: bool = False,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    default_cluster_by: Sequence[str] | None = None,
 ) -> OptimizeResult:
     """Compact ``table``'s small files (bin-packing to ``target_file_size_mb``, default 128).
 
     ``cluster_by``: columns to sort rows by across the rewritten files, so their key ranges
     stop overlapping and file skipping works again; stored with the table (its journal), so
-    every later compaction keeps it. None: the table's stored ``cluster_by``, if any.
+    every later compaction keeps it. None: the table's stored ``cluster_by``, if any, else
+    ``default_cluster_by`` (from dbt: the model's ``unique_key``), less any partition column
+    (every file holds one value of it) and not stored, as a merge's compaction sorts by its
+    key.
     ``partition_filter``: a SQL condition on partition columns (only those partitions).
     ``dry_run``: report the files it would rewrite, writing nothing and taking no lock.
     """
@@ -148,18 +152,19 @@ def optimize(
         )
     if problems:
         raise MergeSpecError(problems)
+    fallback = tuple(c for c in default_cluster_by or () if isinstance(c, str) and c.strip())
     with lean_columns(), storage_errors(f"OPTIMIZE of {table}"):
         journal = open_journal(spark, locate_or_finish(spark, table))
         journal.check_placement(table)
         if dry_run:
             target = load_target(spark, table)
             journal.check_bound(target)
-            return _optimize(spark, journal, None, target, upkeep, partition_filter, True)
+            return _optimize(spark, journal, None, target, upkeep, partition_filter, True, fallback)
         with table_lock(journal, table, "OPTIMIZE", lock_timeout_s) as lock:
             target = load_target(spark, table)
             if recover_locked(spark, journal, lock, target).rolled_forward:
                 target = load_target(spark, table)
-            return _optimize(spark, journal, lock, target, upkeep, partition_filter, False)
+            return _optimize(spark, journal, lock, target, upkeep, partition_filter, False, fallback)
 
 
 def _optimize(
@@ -170,11 +175,15 @@ def _optimize(
     upkeep: Upkeep,
     partition_filter: str | None,
     dry: bool,
+    fallback: Sequence[str] = (),
 ) -> OptimizeResult:
     versions = journal.versions()
     newest = journal.newest(versions)
     stored = newest.cluster_by if newest is not None else None
-    cluster = clustering_columns(target, upkeep.cluster_by) if upkeep.cluster_by is not None else stored or ()
+    if upkeep.cluster_by is not None:
+        cluster = clustering_columns(target, upkeep.cluster_by)
+    else:
+        cluster = stored or _sortable(target, fallback)
     snapshot = journal.snapshot()
     files = data_files(journal, target, snapshot, cluster, versions)
     chosen = _partitions(spark, target, {f.partition for f in files}, partition_filter)
@@ -203,6 +212,13 @@ def _optimize(
         target.name, entry.version, *before, len(entry.removed), sum(f.size for f in entry.removed),
         len(entry.added), sum(f.size for f in entry.added), tuple(cluster), False, dict(entry.metrics),
     )  # fmt: skip
+
+
+def _sortable(target: TargetTable, columns: Sequence[str]) -> tuple[str, ...]:
+    """The columns of ``columns`` that can order rows inside a partition, as the table names
+    them (a key's partition columns left out)."""
+    parts = {c.lower() for c in target.partition_columns}
+    return tuple(target.field(c).name for c in columns if target.has_column(c) and c.lower() not in parts)
 
 
 def clustering_columns(target: TargetTable, columns: Sequence[str]) -> tuple[str, ...]:
@@ -346,6 +362,7 @@ def compact(
             numFilesBefore=len(snapshot),
             numBytesBefore=sum(f.size for f in snapshot.values()),
         )
+        metrics["targetFileSizeMb"] = upkeep.target_file_size_mb
         if keys:
             metrics["orderedBy"] = list(keys)
         with timed_ms(metrics, "commitTimeMs"):
