@@ -59,11 +59,11 @@
 
 
 {#-- The newest version of a row_level_merge model's table (none before its first run), e.g.
-     to read a change feed only once there is something new:
+     to read a change feed only once there is something new (a relation, or its name as text):
        {% if rowmerge_latest_version(ref('orders')) > var('last_read', -1) %} ... {% endif %} --#}
 {% macro rowmerge_latest_version(relation) %}
   {%- if not execute -%}{{ return(none) }}{%- endif -%}
-  {{ return(adapter.rowmerge_latest_version(relation.render())) }}
+  {{ return(adapter.rowmerge_latest_version(relation.render() if relation.render is defined else relation | string)) }}
 {% endmacro %}
 
 

@@ -15,6 +15,7 @@ import pytest
 from dbt.adapters.rowmerge.merge import (
     JournalError,
     MergeSpecError,
+    UnsafeVacuumError,
     as_of,
     faults,
     history,
@@ -141,12 +142,21 @@ def test_vacuum_refuses_files_of_versions_current_within_the_hour_unless_forced(
     t, _ = _table_with_history(spark, db, 2, retain_versions=5)
     state = folder_digest(table_dir(spark, t))
     with pytest.raises(
-        MergeSpecError,
+        UnsafeVacuumError,
         match=r"refused: it would delete the files of version\(s\) 0, 1, current less than 1 hour",
     ) as err:
         vacuum(spark, t, retain_versions=0)
     assert "`retain_versions` = 0" in str(err.value) and "force=True" in str(err.value)
     assert folder_digest(table_dir(spark, t)) == state
+    # a dry run lists what it would delete, and says the vacuum itself would be refused
+    dry = vacuum(spark, t, retain_versions=0, dry_run=True)
+    assert (dry.expired, dry.files_deleted) == ((1, 2), 2) and len(dry.files) == 2
+    assert dry.refused is not None and "version(s) 0, 1" in dry.refused
+    assert dry.summary().endswith(
+        "Without force it would be " + dry.refused
+    ) and "would delete 2 retained file(s)" in dry.summary()
+    assert folder_digest(table_dir(spark, t)) == state
+    assert vacuum(spark, t, retain_versions=0, dry_run=True, force=True).refused is None
 
 
 def test_dry_run_lists_the_files_and_bytes_and_changes_nothing(spark, db):

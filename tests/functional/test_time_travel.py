@@ -64,6 +64,16 @@ class TestRestoreOperation:
         # and the model merges on
         ok(run_step(2), "orders")
         assert rows(project, "orders") == [(1, "x"), (2, "b"), (3, "c")]
+        # the latest version, asked by the table's name as text
+        write_file(
+            "{{ config(materialized='table') }}\n"
+            f"select {{{{ rowmerge_latest_version('{relation}') }}}} as v",
+            project.project_root,
+            "models",
+            "latest.sql",
+        )
+        run_dbt(["run", "--select", "latest"])
+        assert rows(project, "latest") == [(4,)]
 
 
 class TestAsOfMacro:

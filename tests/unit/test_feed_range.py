@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import date, datetime, timezone
+
 import pytest
 
 from dbt.adapters.rowmerge.merge.feed_range import ChangesRange, parse_timestamp, resolve
@@ -89,3 +91,9 @@ def test_without_history_the_bounds_are_taken_as_given():
 def test_parse_timestamp_refuses_what_is_not_a_timestamp(bad):
     with pytest.raises(ValueError, match="is not a timestamp"):
         parse_timestamp(bad)
+
+
+def test_parse_timestamp_takes_a_date_as_its_midnight_utc():
+    # YAML reads an unquoted 2026-11-26 in --args as a date, not as text
+    assert parse_timestamp(date(2026, 11, 26)) == datetime(2026, 11, 26, tzinfo=timezone.utc)
+    assert parse_timestamp(date(2026, 11, 26)) == parse_timestamp("2026-11-26")

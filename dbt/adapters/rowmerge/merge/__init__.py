@@ -27,6 +27,7 @@ from .errors import (
     MergeSpecError,
     StorageError,
     UnreadableFileError,
+    UnsafeVacuumError,
     UnsupportedTableError,
 )
 from .initial import initial_rows
@@ -62,6 +63,7 @@ __all__ = [
     "RestoreResult",
     "StorageError",
     "UnreadableFileError",
+    "UnsafeVacuumError",
     "UnsupportedTableError",
     "VacuumResult",
     "as_of",

@@ -126,6 +126,11 @@ class DeleteLimitError(MergeError):
         )
 
 
+class UnsafeVacuumError(MergeError):
+    """A vacuum would delete the files of a version that was current too recently; nothing was
+    deleted (a refusal of the operation, not of a config: ``force`` overrides it)."""
+
+
 class ConcurrentMergeError(MergeError):
     """Another writer holds the table's merge lock, or changed the table's files under us."""
 

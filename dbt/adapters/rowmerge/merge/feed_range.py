@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any
 
 from .journal import parse_iso
@@ -35,9 +35,12 @@ class ChangesRange:
 
 def parse_timestamp(value: Any) -> datetime:
     """A ``start_ts``/``end_ts`` value (ISO 8601 text or a datetime) as UTC; text without an
-    offset is UTC. ValueError saying what was expected."""
+    offset is UTC. A date is its midnight, UTC (YAML reads an unquoted ``2026-11-26`` in a
+    run-operation's ``--args`` as a date). ValueError saying what was expected."""
     if isinstance(value, datetime):
         parsed = value
+    elif isinstance(value, date):
+        parsed = datetime(value.year, value.month, value.day)
     elif isinstance(value, str) and value.strip():
         try:
             parsed = datetime.fromisoformat(value.strip())

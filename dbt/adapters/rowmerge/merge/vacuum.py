@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import AnalysisException
 
 from . import faults
-from .errors import MergeCommittedError, MergeSpecError
+from .errors import MergeCommittedError, MergeSpecError, UnsafeVacuumError
 from .journal import DEFAULT_RETENTION, Entry, FileEntry, Journal, Retention, chosen_retention, history_row
 from .journal.base import BASE_OPERATION, Base
 from .journal.entry import FeedExpiry
@@ -59,6 +59,7 @@ class VacuumResult:
     feed_dropped: int = 0  # change-feed versions dropped from the change table
     files: tuple[str, ...] = ()  # a dry run: every file it would delete
     metrics: dict[str, Any] = field(default_factory=dict)
+    refused: str | None = None  # a dry run: why the vacuum itself would be refused without force
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +73,7 @@ class VacuumResult:
             "feed_dropped": self.feed_dropped,
             "dry_run": self.dry_run,
             "files": list(self.files),
+            "refused": self.refused,
         }
 
     def summary(self) -> str:
@@ -95,7 +97,8 @@ class VacuumResult:
                 f"{self.folded} journal entries (folded into the base of version {self.oldest_readable})"
             )
         done = " and ".join(parts)
-        return f"{self.table}: {verb} {done}{at}; versions from {self.oldest_readable} on can be read"
+        said = f"{self.table}: {verb} {done}{at}; versions from {self.oldest_readable} on can be read"
+        return said + (f". Without force it would be {self.refused}" if self.refused else "")
 
 
 def vacuum(
@@ -114,9 +117,10 @@ def vacuum(
     retention, this once (each defaults to the stored setting); ``change_feed_retain_versions``
     likewise for the change feed: the rows of older versions are dropped from the change
     table (by default every version is kept). ``dry_run``: list what would
-    be deleted and its bytes, deleting nothing and taking no lock. ``force``: delete files of
-    versions current less than SAFE_HOURS ago too. Raises MergeSpecError for bad arguments
-    or an unforced unsafe retention; the table is left as it was.
+    be deleted and its bytes, deleting nothing and taking no lock (and say if the vacuum
+    itself would be refused). ``force``: delete files of versions current less than
+    SAFE_HOURS ago too. Raises MergeSpecError for bad arguments, UnsafeVacuumError for an
+    unforced unsafe retention; the table is left as it was.
     """
     upkeep = _check_arguments(retain_versions, retain_hours, change_feed_retain_versions, dry_run, force)
     from .run import locate_or_finish, open_journal, recover_locked, storage_errors, table_lock
@@ -174,8 +178,13 @@ def _vacuum(
     feed, feed_from = _feed_expiry(spark, journal, entries, policy)
     if not expired and fold is None and feed is None:
         return VacuumResult(target.name, None, (), 0, 0, oldest, dry_run=lock is None)
-    if expired and not force:
-        _check_safe(entries, target, expired, now, upkeep.retain_versions, upkeep.retain_hours)
+    refused = (
+        _unsafe(entries, target, expired, now, upkeep.retain_versions, upkeep.retain_hours)
+        if expired and not force
+        else None
+    )
+    if refused is not None and lock is not None:
+        raise UnsafeVacuumError(f"vacuum of {target.name} {refused}")
     dropped = len(feed.versions) if feed is not None else 0
     kept = {k: journal.storage.list_data_files(journal.retained_dir(k)) for k in expired}
     files = sum(len(found) for found in kept.values())
@@ -186,7 +195,9 @@ def _vacuum(
     )
     if lock is None:
         paths = tuple(f.path for k in expired for f in kept[k])
-        return VacuumResult(target.name, None, expired, files, size, oldest, True, folded, dropped, paths)
+        return VacuumResult(
+            target.name, None, expired, files, size, oldest, True, folded, dropped, paths, refused=refused
+        )
     number = journal.next_version(versions, target.name)
     base = None
     if fold is not None:
@@ -331,32 +342,29 @@ def _counts(entry: Entry) -> dict[str, Any]:
     return history_row(entry, True)
 
 
-def _check_safe(
+def _unsafe(
     entries: Sequence[Entry],
     target: TargetTable,
     expired: Sequence[int],
     now: Any,
     retain_versions: int | None,
     retain_hours: float | None,
-) -> None:
-    """Refuse to delete the files of a version that was current less than SAFE_HOURS ago
-    (``entries``: every entry the journal holds; a folder whose entry is not among them is one
-    ``expiring`` would delete anyway)."""
+) -> str | None:
+    """Why deleting ``expired`` is refused, if it would delete the files of a version that was
+    current less than SAFE_HOURS ago (``entries``: every entry the journal holds; a folder whose
+    entry is not among them is one ``expiring`` would delete anyway); None if it is safe."""
     committed = {e.version: parse_iso(e.timestamp) for e in entries}
     recent = [k - 1 for k in expired if k in committed and committed[k] > now - timedelta(hours=SAFE_HOURS)]
     if not recent:
-        return
+        return None
     given = ", ".join(
         f"`{key}` = {value!r}"
         for key, value in (("retain_versions", retain_versions), ("retain_hours", retain_hours))
         if value is not None
     )
-    raise MergeSpecError(
-        [
-            f"vacuum of {target.name} refused: it would delete the files of version(s) "
-            f"{', '.join(map(str, recent[:5]))}, current less than {SAFE_HOURS:g} hour(s) ago "
-            f"({given or 'the table retention'}); a running as_of read or restore may still be "
-            "reading them. Keep `retain_hours` at 1 or more, or pass force=True "
-            "(dbt: `force: true`) to delete them anyway."
-        ]
+    return (
+        f"refused: it would delete the files of version(s) {', '.join(map(str, recent[:5]))}, "
+        f"current less than {SAFE_HOURS:g} hour(s) ago ({given or 'the table retention'}); a "
+        "running as_of read or restore may still be reading them. Keep `retain_hours` at 1 or "
+        "more, or pass force=True (dbt: `force: true`) to delete them anyway. Nothing was deleted."
     )
