@@ -55,6 +55,15 @@ def test_initial_rows_equal_a_merge_into_an_empty_table(spark, db):
     assert got == [(-2, None, None), (1, "A", 10), (4, None, 20), (4, "DUP", 30)]
 
 
+def test_a_cluster_by_column_the_model_lacks_is_refused_before_the_table_exists(spark, db):
+    src = source_view(spark, f"{db}_src", "id long, v string, n int", SOURCE)
+    with pytest.raises(
+        MergeSpecError, match=r"`cluster_by` column 'nope' is not a column of .*new \(its columns: id, v, n\)"
+    ):
+        initial_rows(spark, _spec(f"{db}.new", src, CLAUSES, cluster_by=["n", "nope"]))
+    assert initial_rows(spark, _spec(f"{db}.new", src, CLAUSES, cluster_by=["n"])).count() == 4
+
+
 def test_unknown_column_in_a_matched_clause_waits_for_the_merge(spark, db):
     src = source_view(spark, f"{db}_src", "id long, v string, n int", SOURCE)
     clauses = [{"when": "matched", "condition": "s.later > 0", "action": "delete"}, *CLAUSES[2:3]]

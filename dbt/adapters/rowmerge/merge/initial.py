@@ -9,9 +9,9 @@ module resolves the spec against exactly that table and returns the rows those c
 insert, for dbt to create the table from.
 
 Resolving the plan also checks the config on the first run, before the table exists: ``on``
-and every condition must parse, key and ``set``/``values`` columns must be the model's,
-insert clauses must resolve over the source. A spec without any ``not_matched`` clause
-(update- or delete-only) creates the table from every row of the model: an insert-free merge
+and every condition must parse, key, ``set``/``values`` and ``cluster_by`` columns must be
+the model's, insert clauses must resolve over the source. A spec without any ``not_matched``
+clause (update- or delete-only) creates the table from every row of the model: an insert-free merge
 into an empty table would create an empty table that no later merge could fill. One
 allowance: a clause may read a column the model selects only on incremental runs
 (``is_incremental()``), so an unknown column is left for the first merge to report.
@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from .errors import ConstraintViolation
 from .journal import utc_now
 from .notices import warn
+from .optimize import clustering_columns
 from .outputs import inserts, q, written_key_sample
 from .plan import MergePlan, build_plan
 from .source import read_source
@@ -58,6 +59,9 @@ def initial_rows(spark: SparkSession, spec: MergeSpec) -> DataFrame:
     )
     target_df = spark.createDataFrame([], source.schema)
     plan = build_plan(spec, empty, source, target_df, utc_now(), first_run=True)
+    if spec.upkeep.cluster_by is not None:
+        # a cluster_by the table will not have would be refused only by the first merge
+        clustering_columns(empty, spec.upkeep.cluster_by)
     unresolved = [(what, reason) for kind, what, reason in plan.deferred if kind == "not_matched"]
     if unresolved:
         warn(_every_row_warning(spec.target, unresolved))
