@@ -179,6 +179,30 @@ def test_cluster_by_is_stored_and_honoured_by_later_compactions(spark, db):
     assert newest["operation"] == "OPTIMIZE" and newest["metrics"]["orderedBy"] == ["w"]
 
 
+def test_a_default_cluster_by_orders_inside_partitions_and_yields_to_the_stored_one(spark, db):
+    # From dbt the model's unique_key is the default: its partition column is left out, it is
+    # not stored, and a stored clustering comes first.
+    t = f"{db}.p"
+    create_table(
+        spark, t, "id long, w long, day string", [[(k, 10 - k, "a")] for k in range(4)], partition_by=["day"]
+    )
+    first = optimize(spark, t, default_cluster_by=["day", "id"])
+    assert first.cluster_by == ("id",) and history(spark, t)[0]["metrics"]["orderedBy"] == ["id"]
+    entry = json.loads(open(os.path.join(table_dir(spark, t), "_rowmerge_log", f"{1:020d}.json")).read())
+    assert "cluster_by" not in entry
+
+    def inserts(ks: range) -> None:
+        for k in ks:
+            src = source_view(spark, f"{db}_d{k}", "id long, w long, day string", [(k, 10 - k, "a")])
+            merge(spark, t, src, UPSERT, auto_compact=False)
+
+    inserts(range(4, 6))
+    assert optimize(spark, t, cluster_by=["w"]).cluster_by == ("w",)  # stored from now on
+    inserts(range(6, 8))
+    assert optimize(spark, t, default_cluster_by=["id"]).cluster_by == ("w",)
+    assert rows(spark, t) == [(k, 10 - k, "a") for k in range(8)]
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
