@@ -57,7 +57,8 @@ class VacuumResult:
     dry_run: bool = False
     folded: int = 0  # journal entries folded into the base of ``oldest_readable``
     feed_dropped: int = 0  # change-feed versions dropped from the change table
-    files: tuple[str, ...] = ()  # a dry run: every file it would delete
+    # a dry run: every path it would delete (retained files, journal files, feed folders)
+    files: tuple[str, ...] = ()
     metrics: dict[str, Any] = field(default_factory=dict)
     refused: str | None = None  # a dry run: why the vacuum itself would be refused without force
 
@@ -194,7 +195,14 @@ def _vacuum(
         1 for e in entries if fold is not None and e.version <= fold and e.operation != BASE_OPERATION
     )
     if lock is None:
+        # every path it would delete: retained files, then the journal's files the base
+        # would stand for, then the change table's version folders
         paths = tuple(f.path for k in expired for f in kept[k])
+        if fold is not None:
+            doomed = journal.folded_by(fold)
+            paths += tuple(f"{journal.log_dir}/{n}" for names in doomed.values() for n in sorted(names))
+        if feed is not None:
+            paths += tuple(f"{feed.location}/{COMMIT_VERSION}={k}" for k in feed.versions)
         return VacuumResult(
             target.name, None, expired, files, size, oldest, True, folded, dropped, paths, refused=refused
         )

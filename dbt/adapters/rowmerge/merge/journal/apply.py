@@ -120,6 +120,19 @@ class Journal(Writer):
         # session holds can miss the files in it (register_partitions).
         refresh_table(spark, target.ident, files_at=target.location)
 
+    def folded_by(self, b: int) -> dict[str, list[str]]:
+        """The log's files a base of version ``b`` stands for, by suffix: every entry, marker,
+        checkpoint and base of an older version, and version ``b``'s own but its base."""
+        doomed: dict[str, list[str]] = {}
+        for name in self.storage.list_names(self.log_dir):
+            found = LOG_NAME.match(name)
+            if not found or len(found.group(1)) != VERSION_DIGITS:
+                continue
+            version, suffix = int(found.group(1)), found.group(2)
+            if version < b or (version == b and suffix != BASE_SUFFIX):
+                doomed.setdefault(suffix, []).append(name)
+        return doomed
+
     def _fold(self, entry: Entry, steps: str) -> None:
         """Delete what the base ``entry`` commits stands for: the entries it folds first (once
         they are gone no reader can take one for a version), then their applied markers and
@@ -139,14 +152,7 @@ class Journal(Writer):
                 "are kept. Put that file back from a backup (or the entries it folded were not deleted "
                 "yet: move the damaged base out of the folder and run again). Nothing else was changed."
             )
-        doomed: dict[str, list[str]] = {}
-        for name in self.storage.list_names(self.log_dir):
-            found = LOG_NAME.match(name)
-            if not found or len(found.group(1)) != VERSION_DIGITS:
-                continue
-            version, suffix = int(found.group(1)), found.group(2)
-            if version < b or (version == b and suffix != BASE_SUFFIX):
-                doomed.setdefault(suffix, []).append(name)
+        doomed = self.folded_by(b)
         for suffix in (ENTRY_SUFFIX, APPLIED_SUFFIX, CHECKPOINT_SUFFIX, BASE_SUFFIX):
             for name in sorted(doomed.get(suffix, ())):
                 self.storage.delete(f"{self.log_dir}/{name}")
