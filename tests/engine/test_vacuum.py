@@ -177,9 +177,8 @@ def test_dry_run_lists_the_files_and_bytes_and_changes_nothing(spark, db):
     after = folder_digest(root)
     assert after is not None and state is not None
     # (a local file system's hidden checksum files go with the files they check)
-    gone = {
-        os.path.join(root, rel) for rel in state.keys() - after.keys() if not os.path.basename(rel).startswith(".")
-    }
+    removed = state.keys() - after.keys()
+    gone = {os.path.join(root, rel) for rel in removed if not os.path.basename(rel).startswith(".")}
     listed = {p.split(":", 1)[-1].removeprefix("//") for p in done.files}
     assert gone == listed and len(listed) > 1
 
