@@ -62,7 +62,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1045,10 +1045,17 @@ def main() -> None:
         help="write the report of the shapes already finished in --work, and run nothing: a "
         "finished shape's evidence, saved before a long run's next shape ends",
     )
+    p.add_argument(
+        "--combine",
+        default="",
+        help="with --report-only: also the shapes of these aging.json reports (comma-separated), "
+        "e.g. the per-shape reports committed in benchmarks/results/aging-partial/ by earlier sessions",
+    )
     args = p.parse_args()
     work = Path(args.work)
     if args.report_only:
-        report_finished(work, args.shapes.split(","), Path(args.out))
+        earlier = [Path(f) for f in args.combine.split(",") if f]
+        report_finished(work, args.shapes.split(","), Path(args.out), earlier)
         return
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -1083,24 +1090,35 @@ def main() -> None:
         print(f"{len(results)} shape(s) done in {meta['minutes']} min; {Path(args.out) / 'aging.md'}")
 
 
-def report_finished(work: Path, shapes: list[str], out: Path) -> None:
-    """The report of the finished shapes among ``shapes`` in ``work``, from their saved state."""
-    paths = [work / name / "state.json" for name in shapes]
-    states = [json.loads(path.read_text()) for path in paths if path.is_file()]
-    finished = [st for st in states if st.get("result") is not None]
+def report_finished(work: Path, shapes: list[str], out: Path, earlier: Sequence[Path] = ()) -> None:
+    """The report of the finished shapes among ``shapes``: from their saved state in ``work``,
+    or from ``earlier`` reports (aging.json) for a shape the work folder does not hold (a run
+    spread over machines: each finished shape's report is committed when it ends)."""
+    found: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {}  # shape -> result, engine, size
+    for path in earlier:
+        doc = json.loads(path.read_text())
+        for result in doc["shapes"]:
+            found[result["shape"]] = (result, doc["meta"]["engine"], doc["meta"])
+    for name in shapes:
+        path = work / name / "state.json"
+        state = json.loads(path.read_text()) if path.is_file() else {}
+        if state.get("result") is not None:
+            base = state["base"]
+            size = {"rows": base["rows"], "files": len(base["files"]), "merges": state["merges"]}
+            found[name] = (state["result"], state["engine"], size)
+    finished = [found[name] for name in shapes if name in found]
     if not finished:
         raise SystemExit(f"--report-only: no shape of {', '.join(shapes)} is finished in {work}")
-    engines = {st["engine"] for st in finished}
     meta = {
         "machine": f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}",
-        "rows": finished[0]["base"]["rows"],
-        "files": len(finished[0]["base"]["files"]),
-        "merges": finished[0]["merges"],
-        "engine": ", ".join(sorted(engines)),
-        "minutes": round(sum(_minutes(st["result"]["slices"]) for st in finished), 1),
+        "rows": finished[0][2]["rows"],
+        "files": finished[0][2]["files"],
+        "merges": finished[0][2]["merges"],
+        "engine": ", ".join(sorted({engine for _, engine, _ in finished})),
+        "minutes": round(sum(_minutes(result["slices"]) for result, _, _ in finished), 1),
     }
-    write_report([st["result"] for st in finished], meta, out)
-    names = ", ".join(st["result"]["shape"] for st in finished)
+    write_report([result for result, _, _ in finished], meta, out)
+    names = ", ".join(result["shape"] for result, _, _ in finished)
     print(f"{len(finished)} finished shape(s): {names}; {out / 'aging.md'}")
 
 
