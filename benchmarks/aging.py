@@ -1055,7 +1055,7 @@ def main() -> None:
     work = Path(args.work)
     if args.report_only:
         earlier = [Path(f) for f in args.combine.split(",") if f]
-        report_finished(work, args.shapes.split(","), Path(args.out), earlier)
+        report_finished(work, args.shapes.split(","), Path(args.out), earlier, (args.rows, args.files))
         return
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -1090,10 +1090,13 @@ def main() -> None:
         print(f"{len(results)} shape(s) done in {meta['minutes']} min; {Path(args.out) / 'aging.md'}")
 
 
-def report_finished(work: Path, shapes: list[str], out: Path, earlier: Sequence[Path] = ()) -> None:
+def report_finished(
+    work: Path, shapes: list[str], out: Path, earlier: Sequence[Path] = (), size: tuple[int, int] = (0, 0)
+) -> None:
     """The report of the finished shapes among ``shapes``: from their saved state in ``work``,
     or from ``earlier`` reports (aging.json) for a shape the work folder does not hold (a run
-    spread over machines: each finished shape's report is committed when it ends)."""
+    spread over machines: each finished shape's report is committed when it ends). ``size``:
+    the run's --rows and --files, as a run's own report names them."""
     found: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {}  # shape -> result, engine, size
     for path in earlier:
         doc = json.loads(path.read_text())
@@ -1103,9 +1106,8 @@ def report_finished(work: Path, shapes: list[str], out: Path, earlier: Sequence[
         path = work / name / "state.json"
         state = json.loads(path.read_text()) if path.is_file() else {}
         if state.get("result") is not None:
-            base = state["base"]
-            size = {"rows": base["rows"], "files": len(base["files"]), "merges": state["merges"]}
-            found[name] = (state["result"], state["engine"], size)
+            asked = {"rows": size[0], "files": size[1], "merges": state["merges"]}
+            found[name] = (state["result"], state["engine"], asked)
     finished = [found[name] for name in shapes if name in found]
     if not finished:
         raise SystemExit(f"--report-only: no shape of {', '.join(shapes)} is finished in {work}")

@@ -38,14 +38,29 @@ def code_id(root: Path = ROOT) -> str:
     """A digest of the committed code a run times (``CODE_PATHS`` at HEAD, results left out),
     with ``+changes`` if the working tree differs from it there; ``""`` outside a git checkout."""
     try:
-        listing = _git(root, "ls-tree", "-r", "HEAD", "--", *CODE_PATHS)
-        dirty = _git(root, "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+        # -z: paths as they are (not quoted), one NUL after each
+        listing = _git(root, "ls-tree", "-r", "-z", "HEAD", "--", *CODE_PATHS)
+        dirty = _git(root, "status", "--porcelain", "-z", "--untracked-files=no", "--", *CODE_PATHS)
     except (OSError, subprocess.CalledProcessError):
         return ""
-    kept = [line for line in listing.splitlines() if not line.split("\t", 1)[-1].startswith(NOT_CODE)]
-    changed = [line for line in dirty.splitlines() if not line[3:].startswith(NOT_CODE)]
+    kept = [item for item in listing.split("\0") if item and not item.split("\t", 1)[-1].startswith(NOT_CODE)]
     digest = hashlib.sha1("\n".join(kept).encode()).hexdigest()[:12]
-    return digest + ("+changes" if changed else "")
+    return digest + ("+changes" if any(not p.startswith(NOT_CODE) for p in _changed_paths(dirty)) else "")
+
+
+def _changed_paths(status: str) -> list[str]:
+    """The paths ``git status --porcelain -z`` names: a rename's or copy's two paths both."""
+    items, out = status.split("\0"), []
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if item:
+            out.append(item[3:])
+            if item[0] in "RC":  # the path it came from follows
+                i += 1
+                out.append(items[i])
+        i += 1
+    return out
 
 
 class Stopped(Exception):
@@ -63,6 +78,8 @@ class Progress:
 
     path: Path
     params: dict[str, Any]
+    # each finished case as {"key": [case, rows, files asked for], "record": its record} (a
+    # record's own "files" is what the table got: a partitioned one has more)
     records: list[dict[str, Any]] = field(default_factory=list)
     sittings: list[dict[str, Any]] = field(default_factory=list)
     deadline: float | None = None
@@ -81,11 +98,17 @@ class Progress:
         warmup: bool,
     ) -> Progress:
         """A new run (an earlier progress file is replaced), or with ``resume`` the saved one,
-        refused with SystemExit if it was asked for other code or another way of timing it."""
+        refused with SystemExit if there is none, or if it was asked for other code or another
+        way of timing it. A finished run's file stays (marked finished): resumed, it only
+        writes its report again, so a make target of two runs goes on with the second."""
         path = out / f"progress-{params['mode']}.json"  # `make bench` and the scale curve share out
         (out / "STOP").unlink(missing_ok=True)
         progress = cls(path, params, warmup_due=warmup)
-        if resume and path.is_file():
+        if resume and not path.is_file():
+            raise SystemExit(
+                f"--resume: there is no run to go on with ({path} does not exist); run without --resume"
+            )
+        if resume:
             saved = json.loads(path.read_text())
             if "+changes" in str(params.get("code")):
                 raise SystemExit(
@@ -110,11 +133,8 @@ class Progress:
         return progress
 
     def done(self, case: str, rows: int, files: int) -> dict[str, Any] | None:
-        """The saved record of ``case`` at that size, if an earlier sitting finished it."""
-        return next(
-            (r for r in self.records if (r["case"], r["rows"], r["files"]) == (case, rows, files)),
-            None,
-        )
+        """The saved record of ``case`` asked for at that size, if an earlier sitting finished it."""
+        return next((r["record"] for r in self.records if r["key"] == [case, rows, files]), None)
 
     def check(self) -> None:
         """Raise Stopped if the sitting is over: before a case starts, never inside one."""
@@ -129,8 +149,8 @@ class Progress:
         due, self.warmup_due = self.warmup_due, False
         return due
 
-    def add(self, record: dict[str, Any]) -> None:
-        self.records.append(record)
+    def add(self, case: str, rows: int, files: int, record: dict[str, Any]) -> None:
+        self.records.append({"key": [case, rows, files], "record": record})
         self.sittings[-1]["cases"] += 1
         self.save()
 
@@ -153,6 +173,7 @@ class Progress:
         return first if first == last else f"{first}..{last}"
 
     def finish(self) -> None:
-        """The run is whole and reported: its progress file goes (results.json holds it all)."""
-        self.path.unlink(missing_ok=True)
+        """The run is whole and reported (a resumed finished run only reports again)."""
+        self.sittings[-1]["finished"] = True
+        self.save()
         (self.path.parent / "STOP").unlink(missing_ok=True)

@@ -249,7 +249,7 @@ def run_cases(
         started = time.monotonic()
         record = run_case(spark, case, base, source_dir, source_rows, work, repeat, progress.take_warmup())
         records.append(record)
-        progress.add(record)
+        progress.add(case.name, rows, files, record)
         print(report.case_line(record) + f"  [{time.monotonic() - started:.0f} s]", flush=True)
     return records
 

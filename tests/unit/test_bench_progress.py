@@ -72,9 +72,25 @@ def test_an_uncommitted_change_to_the_code_is_marked(repo: Path) -> None:
     assert code_id(repo) == before + "+changes"
 
 
+def test_a_rename_out_of_the_results_is_a_change_and_odd_result_names_are_not(repo: Path) -> None:
+    before = code_id(repo)
+    (repo / "benchmarks/results/a file é.json").write_text("{}\n")
+    git(repo, "add", ".")
+    assert code_id(repo) == before  # staged, under results/: git would quote this name
+    commit(repo, "benchmarks/results/a file é.json", "[]\n")
+    assert code_id(repo) == before
+    git(repo, "mv", "benchmarks/results/results.json", "benchmarks/loader.py")
+    assert code_id(repo) == before + "+changes"
+
+
 def record(case: str, rows: int = 1000, files: int = 4) -> dict[str, Any]:
     systems = {s: {"seconds": 1.0} for s in run.SYSTEM_ORDER}
     return {"case": case, "rows": rows, "files": files, "identical": True, "problems": [], "systems": systems}
+
+
+def add(progress: Progress, case: str, rows: int = 1000, files: int = 4, wrote: int | None = None) -> None:
+    """A finished case asked for at ``rows`` in ``files`` files (its table got ``wrote``)."""
+    progress.add(case, rows, files, record(case, rows, files if wrote is None else wrote))
 
 
 def opened(out: Path, params: dict[str, Any] = PARAMS, **kw: Any) -> Progress:
@@ -84,17 +100,19 @@ def opened(out: Path, params: dict[str, Any] = PARAMS, **kw: Any) -> Progress:
 
 def test_finished_cases_are_saved_and_a_resumed_run_keeps_them(tmp_path: Path) -> None:
     first = opened(tmp_path, resume=False)
-    first.add(record(GRID[0].name))
-    first.add(record(GRID[1].name, rows=2000, files=8))
+    add(first, GRID[0].name)
+    add(first, GRID[1].name, rows=2000, files=8)
+    add(first, GRID[2].name, wrote=9)  # a partitioned table gets more files than asked for
     again = opened(tmp_path)
     assert again.done(GRID[0].name, 1000, 4) == record(GRID[0].name)
     assert again.done(GRID[1].name, 1000, 4) is None  # another size
     assert again.done(GRID[1].name, 2000, 8) == record(GRID[1].name, rows=2000, files=8)
-    assert [s["cases"] for s in again.sittings] == [2, 0]
+    assert again.done(GRID[2].name, 1000, 4) == record(GRID[2].name, files=9)
+    assert [s["cases"] for s in again.sittings] == [3, 0]
 
 
 def test_a_run_without_resume_starts_again(tmp_path: Path) -> None:
-    opened(tmp_path, resume=False).add(record(GRID[0].name))
+    add(opened(tmp_path, resume=False), GRID[0].name)
     fresh = opened(tmp_path, resume=False)
     assert fresh.records == [] and len(fresh.sittings) == 1
     assert json.loads((tmp_path / "progress-cases.json").read_text())["records"] == []
@@ -109,7 +127,7 @@ def test_a_run_without_resume_starts_again(tmp_path: Path) -> None:
     ],
 )
 def test_a_resumed_run_must_ask_for_the_same_run(tmp_path: Path, change: dict[str, Any], said: str) -> None:
-    opened(tmp_path, resume=False).add(record(GRID[0].name))
+    add(opened(tmp_path, resume=False), GRID[0].name)
     with pytest.raises(SystemExit, match="run without --resume to start again") as caught:
         opened(tmp_path, {**PARAMS, **change})
     assert said in str(caught.value)
@@ -118,7 +136,7 @@ def test_a_resumed_run_must_ask_for_the_same_run(tmp_path: Path, change: dict[st
 
 def test_uncommitted_code_cannot_resume(tmp_path: Path) -> None:
     dirty = {**PARAMS, "code": "c0de+changes"}
-    opened(tmp_path, dirty, resume=False).add(record(GRID[0].name))
+    add(opened(tmp_path, dirty, resume=False), GRID[0].name)
     with pytest.raises(SystemExit, match="uncommitted changes to dbt, benchmarks, pyproject.toml"):
         opened(tmp_path, dirty)
 
@@ -126,7 +144,7 @@ def test_uncommitted_code_cannot_resume(tmp_path: Path) -> None:
 def test_resumed_cases_are_not_timed_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     saved = opened(tmp_path, resume=False)
     for case in GRID[:2]:
-        saved.add(record(case.name))
+        add(saved, case.name)
     # No Spark session and no work folder: a case timed again would fail at once.
     records = run.run_cases(None, GRID[:2], 1000, 4, tmp_path / "nowhere", 5, opened(tmp_path))  # type: ignore[arg-type]
     assert records == [record(c.name) for c in GRID[:2]]
@@ -135,7 +153,7 @@ def test_resumed_cases_are_not_timed_again(tmp_path: Path, capsys: pytest.Captur
 
 def test_a_sitting_ends_between_two_cases(tmp_path: Path) -> None:
     saved = opened(tmp_path, resume=False)
-    saved.add(record(GRID[0].name))
+    add(saved, GRID[0].name)
     late = opened(tmp_path, minutes=0)
     with pytest.raises(Stopped, match=r"stopped after 1 finished case\(s\); go on with --resume"):
         run.run_cases(None, GRID[:2], 1000, 4, tmp_path / "nowhere", 5, late)  # type: ignore[arg-type]
@@ -165,7 +183,20 @@ def test_the_duration_counts_sittings_not_the_gaps(tmp_path: Path) -> None:
     assert later.dates().startswith("2026-11-29")
 
 
-def test_a_finished_run_removes_its_progress(tmp_path: Path) -> None:
-    done = opened(tmp_path, resume=False)
-    done.finish()
+def test_resume_without_a_run_to_go_on_with_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(
+        SystemExit, match="there is no run to go on with .*progress-cases.json does not exist"
+    ):
+        opened(tmp_path)
     assert not (tmp_path / "progress-cases.json").exists()
+
+
+def test_a_finished_run_resumed_only_reports_again(tmp_path: Path) -> None:
+    done = opened(tmp_path, resume=False)
+    for case in GRID[:2]:
+        add(done, case.name)
+    done.finish()
+    again = opened(tmp_path, minutes=0)  # even a sitting already over: nothing is left to time
+    records = run.run_cases(None, GRID[:2], 1000, 4, tmp_path / "nowhere", 5, again)  # type: ignore[arg-type]
+    assert records == [record(c.name) for c in GRID[:2]]
+    assert json.loads((tmp_path / "progress-cases.json").read_text())["sittings"][0]["finished"] is True
