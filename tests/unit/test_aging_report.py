@@ -1,0 +1,52 @@
+"""The aging benchmark's report from saved results (benchmarks/aging.py: report_finished, the
+--report-only/--combine path): a finished shape's committed report (aging.json) joins the shapes
+finished in the work folder, so a run spread over machines still gets one report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import aging  # noqa: E402
+
+COMMITTED = ROOT / "benchmarks" / "results" / "aging-partial" / "insert_heavy-engine-da1b3a7e.json"
+
+
+def test_a_committed_shape_is_reported_again_as_it_was(tmp_path: Path) -> None:
+    aging.report_finished(tmp_path / "work", ["insert_heavy", "scattered"], tmp_path / "out", [COMMITTED])
+    doc = json.loads((tmp_path / "out" / "aging.json").read_text())
+    committed = json.loads(COMMITTED.read_text())
+    assert doc["shapes"] == committed["shapes"]  # scattered: not finished anywhere, left out
+    assert doc["meta"]["engine"] == committed["meta"]["engine"]
+    text = (tmp_path / "out" / "aging.md").read_text()
+    assert "## insert_heavy: 1000 merges into 2,000,000 rows in 16 files" in text
+    assert "| last decile / first replayed now: mean | 1.026 | 1.15 | yes |" in text
+    assert "scattered" not in text and (tmp_path / "out" / "aging.png").is_file()
+
+
+def test_a_shape_finished_in_the_work_folder_joins_them_in_the_order_asked(tmp_path: Path) -> None:
+    # a second finished shape, saved as a run saves it (state.json with its result)
+    result = dict(json.loads(COMMITTED.read_text())["shapes"][0], shape="recent_updates")
+    (tmp_path / "work" / "recent_updates").mkdir(parents=True)
+    state = {"engine": "abc", "merges": 1000, "base": {"rows": 2_000_000, "files": []}, "result": result}
+    (tmp_path / "work" / "recent_updates" / "state.json").write_text(json.dumps(state))
+    unfinished = {**state, "result": None}
+    (tmp_path / "work" / "scattered").mkdir()
+    (tmp_path / "work" / "scattered" / "state.json").write_text(json.dumps(unfinished))
+    shapes = ["recent_updates", "scattered", "insert_heavy"]
+    aging.report_finished(tmp_path / "work", shapes, tmp_path / "out", [COMMITTED], (2_000_000, 16))
+    doc = json.loads((tmp_path / "out" / "aging.json").read_text())
+    assert [s["shape"] for s in doc["shapes"]] == ["recent_updates", "insert_heavy"]
+    assert doc["meta"]["engine"] == "abc, da1b3a7eb5f08a4fb6b81ebdc2390c8085228bcb"
+
+
+def test_nothing_finished_says_so(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no shape of scattered is finished"):
+        aging.report_finished(tmp_path, ["scattered"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
