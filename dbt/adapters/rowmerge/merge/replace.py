@@ -241,9 +241,8 @@ def replace_table(
 def _retention(upkeep: Upkeep | None, stored: Retention | None) -> Retention | None:
     """What the refresh's version keeps of the table it replaces: as a merge decides it, so
     a table whose only version is the first run's (which records no policy) keeps it too."""
-    if upkeep is None:
-        return chosen_retention(None, None, stored)
-    return chosen_retention(upkeep.retain_versions, upkeep.retain_hours, stored, upkeep.feed_retain_versions)
+    given = upkeep or Upkeep()  # no settings given: each is None, the stored one or the default
+    return chosen_retention(given.retain_versions, given.retain_hours, stored, given.feed_retain_versions)
 
 
 def _fields(
