@@ -33,11 +33,12 @@ and a 100-row upsert of recent keys into our table and into the fresh copy (file
 
 The machine's speed moves between sessions (on the 2-core VM, the same 10M-row merge took 3.2 s
 in one session and 5.5 s in the next), and a shape's first and last tenths may run hours apart.
-So, right after the last merge, the first tenth is replayed: its merges again, on a fresh copy
-of the base table, for row_level_merge alone, timed the same way (``replay_first_tenth``). The
-merge-time targets compare the last tenth with that replay, which ran on the machine as it is
-now; the ratio to the first tenth as it ran is reported beside it, and counts as a target too
-when both tenths ran in the same slice.
+So, right after the last merge, the first tenth is replayed: its merges again, on fresh copies
+of the base table, for every system, interleaved and timed as in the run
+(``replay_first_tenth``). The merge-time targets compare the last tenth with that replay, which
+ran on the machine as it is now; the ratio to the first tenth as it ran is reported beside it,
+and counts as a target too when both tenths ran in the same slice. The peers' own last/replayed
+ratios show how far the machine moved between the last tenth and the replay.
 
     python benchmarks/aging.py [--rows N] [--files F] [--merges M] [--shapes a,b] [--systems a,b]
                                [--out DIR] [--work DIR] [--minutes M] [--resume]
@@ -780,34 +781,49 @@ def _finish(
 def replay_first_tenth(
     spark: SparkSession, shape: Shape, base: BaseTable, state: dict[str, Any], shape_dir: Path
 ) -> dict[str, Any]:
-    """The first tenth's merges again, now, on a fresh copy of the base table (row_level_merge
-    alone, after three untimed merges on another copy warm the JVM): its time summary, and
-    whether the replayed table's rows equal the first tenth's (hash)."""
+    """The first tenth's merges again, now, on fresh copies of the base table: every system of
+    the run, interleaved in the same rotation as the run (after three untimed merges of our
+    engine on another copy, to warm a JVM that ``--replay`` has just started). Returns our
+    engine's time summary (the targets' denominator), every system's under ``systems``, and
+    whether every replayed table's rows equal the first tenth's (hash).
+
+    Interleaved, not our engine alone: alone, the same merges ran faster than in the run (the
+    hourly shape at engine tree da1b3a7e: 1.27 s alone against 1.59 s interleaved), since no
+    other system's work evicts what ours keeps warm, so the last tenth, which ran interleaved,
+    was judged against a faster baseline than its own. The peers' ratios (last tenth / replayed
+    first tenth) witness how far the machine's speed moved between the two."""
     per = max(1, state["merges"] // 10)
     folder = shape_dir / "replay"
     shutil.rmtree(folder, ignore_errors=True)
     warm = RowLevelMerge(spark, base, folder / "warm", f"aging.{shape.name}_replay_warm")
-    system = RowLevelMerge(spark, base, folder, f"aging.{shape.name}_replay")
+    names = state["systems"]
+    live = {name: SYSTEMS[name](spark, base, folder, f"aging.{shape.name}_replay_{name}") for name in names}
     began = time.strftime("%Y-%m-%dT%H:%M:%S")
-    records = []
+    records: dict[str, list[dict[str, Any]]] = {name: [] for name in live}
     for k in range(1, per + 1):
         source = folder / "sources" / f"{k:05d}"
         source_rows(spark, shape, base, k).coalesce(1).write.mode("overwrite").parquet(str(source))
         if k <= 3:
             warm.merge(source, k)
-        with measured(spark, f"aging {shape.name} replay {k}") as usage:
-            metrics = system.merge(source, k)
-        records.append(_record(usage, metrics))
+        for name, system in _rotated(live, k):
+            with measured(spark, f"aging {shape.name} replay {name} {k}") as usage:
+                metrics = system.merge(source, k)
+            system.tidy(k)
+            records[name].append(_record(usage, metrics))
         shutil.rmtree(source, ignore_errors=True)
-    rows = list(table_hash(system.frame(), base.columns))
-    for table in (f"aging.{shape.name}_replay_warm", f"aging.{shape.name}_replay"):
+    first = state["deciles"][state["systems"][0]][0]["hash"]
+    same = all(list(table_hash(system.frame(), base.columns)) == first for system in live.values())
+    for table in [f"aging.{shape.name}_replay_warm", *(f"aging.{shape.name}_replay_{n}" for n in live)]:
         spark.sql(f"DROP TABLE IF EXISTS {table}")
+        spark.sql(f"DROP TABLE IF EXISTS {table}__changes")
     shutil.rmtree(folder, ignore_errors=True)
+    summaries = {name: _decile(r).summary() for name, r in records.items()}
     return {
         "started": began,
         "ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        **_decile(records).summary(),
-        "same_rows": rows == state["deciles"][RowLevelMerge.name][0]["hash"],
+        **summaries[RowLevelMerge.name],
+        "same_rows": same,
+        "systems": summaries,
     }
 
 
@@ -952,15 +968,7 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
             + " |",
             "",
         ]
-        rep = r.get("replay")
-        if rep:
-            lines += [
-                f"First tenth replayed (merges 1-{rep['merges']}, row_level_merge alone, on a fresh copy of "
-                f"the base table) {rep['started']}..{rep['ended']}: mean {rep['mean_s']} s, median "
-                f"{rep['median_s']} s, p95 {rep['p95_s']} s; same rows as the first tenth: "
-                f"{'yes' if rep['same_rows'] else 'NO'}.",
-                "",
-            ]
+        lines += _replay_lines(r)
         fed = r["end"].get(RowLevelMergeFeed.name, {}).get("vacuum")
         if fed:
             lines += [
@@ -988,6 +996,40 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
         lines.append("")
     (out / "aging.md").write_text("\n".join(lines))
     _chart(results, out / "aging.png")
+
+
+def _replay_lines(r: dict[str, Any]) -> list[str]:
+    """The replayed first tenth: how it ran, and (when every system was replayed) each system's
+    last tenth against its replayed first tenth, the peers' ratios showing how far the machine's
+    speed moved between the two."""
+    rep = r.get("replay")
+    if not rep:
+        return []
+    how = (
+        "every system, interleaved as in the run, each on a fresh copy of the base table"
+        if "systems" in rep
+        else "row_level_merge alone, on a fresh copy of the base table"
+    )
+    lines = [
+        f"First tenth replayed (merges 1-{rep['merges']}, {how}) {rep['started']}..{rep['ended']}: "
+        f"row_level_merge mean {rep['mean_s']} s, median {rep['median_s']} s, p95 {rep['p95_s']} s; "
+        f"same rows as the first tenth: {'yes' if rep['same_rows'] else 'NO'}.",
+        "",
+    ]
+    if "systems" in rep:
+        lines += [
+            "| system | first tenth as run: mean s | replayed: mean s | last tenth: mean s | "
+            "last / replayed: mean | last / replayed: p95 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, again in rep["systems"].items():
+            first, last = r["deciles"][name][0], r["deciles"][name][-1]
+            lines.append(
+                f"| {name} | {first['mean_s']} | {again['mean_s']} | {last['mean_s']} | "
+                f"{round(last['mean_s'] / again['mean_s'], 3)} | {round(last['p95_s'] / again['p95_s'], 3)} |"
+            )
+        lines.append("")
+    return lines
 
 
 def _chart(results: list[dict[str, Any]], path: Path) -> None:

@@ -50,3 +50,28 @@ def test_nothing_finished_says_so(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no shape of scattered is finished"):
         aging.report_finished(tmp_path, ["scattered"], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_replay_says_how_it_ran_and_each_systems_last_tenth_against_it() -> None:
+    shape = json.loads(COMMITTED.read_text())["shapes"][0]
+    # the committed replay ran our engine alone: said so, and no per-system table
+    alone = aging._replay_lines(shape)
+    assert "row_level_merge alone, on a fresh copy of the base table" in alone[0] and len(alone) == 2
+    # an interleaved replay of every system: each one's last tenth against its replayed first
+    deciles = {
+        "row_level_merge": [{"mean_s": 1.6, "p95_s": 2.4}, {"mean_s": 1.95, "p95_s": 2.7}],
+        "delta_rs": [{"mean_s": 0.15, "p95_s": 0.26}, {"mean_s": 0.154, "p95_s": 0.239}],
+    }
+    replay = {
+        "started": "s", "ended": "e", "merges": 100, "mean_s": 1.5, "median_s": 1.4, "p95_s": 2.0,
+        "same_rows": True,
+        "systems": {
+            "row_level_merge": {"mean_s": 1.5, "p95_s": 2.0},
+            "delta_rs": {"mean_s": 0.11, "p95_s": 0.2},
+        },
+    }  # fmt: skip
+    lines = aging._replay_lines({"deciles": deciles, "replay": replay})
+    assert "every system, interleaved as in the run" in lines[0]
+    assert "same rows as the first tenth: yes" in lines[0]
+    assert "| row_level_merge | 1.6 | 1.5 | 1.95 | 1.3 | 1.35 |" in lines
+    assert "| delta_rs | 0.15 | 0.11 | 0.154 | 1.4 | 1.195 |" in lines
