@@ -33,12 +33,15 @@ and a 100-row upsert of recent keys into our table and into the fresh copy (file
 
 The machine's speed moves between sessions (on the 2-core VM, the same 10M-row merge took 3.2 s
 in one session and 5.5 s in the next), and a shape's first and last tenths may run hours apart.
-So, right after the last merge, the first tenth is replayed: its merges again, on fresh copies
-of the base table, for every system, interleaved and timed as in the run
-(``replay_first_tenth``). The merge-time targets compare the last tenth with that replay, which
-ran on the machine as it is now; the ratio to the first tenth as it ran is reported beside it,
-and counts as a target too when both tenths ran in the same slice. The peers' own last/replayed
-ratios show how far the machine moved between the last tenth and the replay.
+It moves within a session too: the hourly shape's last tenth, and a replay of its first tenth
+20 minutes later, differed by 1.3-1.6x for every system, delta-rs included. So the first tenth
+is replayed beside the last one (``PairedReplay``): its merges again, on a fresh copy of the
+base table, for row_level_merge, merge j in the same round as the last tenth's j-th merge
+(rotated with the systems like any of them), so both ran on the machine as it was then. The
+merge-time targets compare the last tenth with that replay; the ratio to the first tenth as it
+ran is reported beside it, and counts as a target too when both tenths ran in the same slice.
+(A run saved before the pairing existed replays after its last merge: ``replay_first_tenth``,
+every system interleaved as in the run, the peers' ratios showing how far the machine moved.)
 
     python benchmarks/aging.py [--rows N] [--files F] [--merges M] [--shapes a,b] [--systems a,b]
                                [--out DIR] [--work DIR] [--minutes M] [--resume]
@@ -610,6 +613,7 @@ def run_shape(
             "deciles": {name: [] for name in systems},
             "file_counts": {name: [] for name in systems},
             "slices": [],
+            "replay_records": [],
             "result": None,
         }
     spark.sql("CREATE DATABASE IF NOT EXISTS aging")
@@ -625,6 +629,11 @@ def run_shape(
                 f"found {counts} (killed inside a merge?); run without --resume"
             )
     per = max(1, args.merges // 10)
+    paired_from = args.merges - per + 1  # the last tenth's first merge
+    # A run saved before the pairing existed, stopped inside its last tenth, cannot pair what
+    # is left of it: it replays the first tenth after its last merge instead (_finish).
+    pairs = RowLevelMerge.name in live and (state["done"] < paired_from or "replay_records" in state)
+    replay = PairedReplay(spark, shape, base, state, shape_dir, paired_from) if pairs else None
     slice_ = {"from_merge": state["done"] + 1, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     try:
         for k in range(state["done"] + 1, args.merges + 1):
@@ -632,11 +641,23 @@ def run_shape(
                 raise Stopped(f"{shape.name}: stopped after merge {state['done']}")
             source = shape_dir / "sources" / f"{k:05d}"
             source_rows(spark, shape, base, k).coalesce(1).write.mode("overwrite").parquet(str(source))
-            for name, system in _rotated(live, k):
-                with measured(spark, f"aging {shape.name} {name} {k}") as usage:
-                    metrics = system.merge(source, k)
-                system.tidy(k)
-                state["records"][name].append(_record(usage, metrics))
+            round_ = {name: (system, source, k) for name, system in live.items()}
+            if replay is not None and k >= paired_from:
+                if replay.system is None:
+                    replay.start()
+                j = k - paired_from + 1  # merge j of the first tenth, in the same round as merge k
+                again = shape_dir / "sources" / f"replay-{j:05d}"
+                source_rows(spark, shape, base, j).coalesce(1).write.mode("overwrite").parquet(str(again))
+                round_[REPLAY] = (replay.system, again, j)
+            for name, (system, src, n) in _rotated(round_, k):
+                with measured(spark, f"aging {shape.name} {name} {n}") as usage:
+                    metrics = system.merge(src, n)
+                system.tidy(n)
+                (state["replay_records"] if name == REPLAY else state["records"][name]).append(
+                    _record(usage, metrics)
+                )
+                if name == REPLAY:
+                    shutil.rmtree(src, ignore_errors=True)
             shutil.rmtree(source, ignore_errors=True)
             if k % per == 0 or k == args.merges:
                 _decile_end(shape, base, live, state, k, per)
@@ -647,7 +668,7 @@ def run_shape(
             slice_.update(to_merge=state["done"], ended=time.strftime("%Y-%m-%dT%H:%M:%S"))
             state["slices"].append(slice_)
             _save(state_path, state)
-    state["result"] = _finish(spark, shape, args, base, live, state, shape_dir)
+    state["result"] = _finish(spark, shape, args, base, live, state, shape_dir, replay)
     _save(state_path, state)
     return state["result"]
 
@@ -714,12 +735,19 @@ def _finish(
     live: dict[str, Any],
     state: dict[str, Any],
     shape_dir: Path,
+    paired: PairedReplay | None,
 ) -> dict[str, Any]:
-    """After the last merge: the first tenth replayed, a fresh copy of the same rows, full
-    scans, the probe, the checks."""
+    """After the last merge: the first tenth's replay (run beside the last tenth, or for a run
+    saved before that existed, now), a fresh copy of the same rows, full scans, the probe, the
+    checks."""
     systems = list(live)
     deciles = state["deciles"]
-    replay = replay_first_tenth(spark, shape, base, state, shape_dir) if RowLevelMerge.name in live else None
+    if paired is not None:
+        replay = paired.finish()
+    elif RowLevelMerge.name in live:
+        replay = replay_first_tenth(spark, shape, base, state, shape_dir)
+    else:
+        replay = None
     # The same rows freshly written, as a rebuild would leave them.
     fresh = shape_dir / "fresh"
     rows = live[systems[0]].frame()
@@ -776,6 +804,68 @@ def _finish(
         "engine": state["engine"],
         "slices": state["slices"],
     }
+
+
+# The first tenth's merges run again, on a fresh copy of the base table, beside the last tenth:
+# merge j of the first tenth in the same round as merge (last tenth's first) + j - 1, rotated
+# with the systems like any of them. The merge-time targets compare the last tenth with it.
+REPLAY = "row_level_merge_first_tenth_again"
+
+
+class PairedReplay:
+    """Our engine's first tenth replayed in the rounds of the last tenth, so that the two ran on
+    the same machine minute by minute: this machine's speed moved by 1.4-1.6x within one
+    session (the hourly shape at engine tree da1b3a7e: every system, delta-rs included, took
+    1.4-1.6x as long in its last tenth as in a replay of its first tenth 20 minutes later), far
+    more than the 15 % the targets judge. Its records live in the state (``replay_records``),
+    its table in ``<shape>/replay``: a run stopped inside the last tenth goes on with both."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        shape: Shape,
+        base: BaseTable,
+        state: dict[str, Any],
+        shape_dir: Path,
+        paired_from: int,
+    ) -> None:
+        self.spark, self.shape, self.base, self.state = spark, shape, base, state
+        self.folder, self.table = shape_dir / "replay", f"aging.{shape.name}_replay"
+        self.system: RowLevelMerge | None = None
+        state.setdefault("replay_records", [])
+        done = len(state["replay_records"])
+        if state["done"] >= paired_from:  # resumed inside the last tenth: the table lives on
+            want = base.rows + done * shape.inserts
+            self.system = RowLevelMerge(spark, base, self.folder, self.table)
+            found = self.system.frame().count()
+            if found != want:
+                raise SystemExit(
+                    f"{shape.name}: cannot resume the first tenth's replay after its merge {done}: "
+                    f"expected {want} rows, found {found}; run without --resume"
+                )
+        elif done:
+            raise SystemExit(f"{shape.name}: replay records before the last tenth; run without --resume")
+
+    def start(self) -> None:
+        """The fresh copy, made (untimed) just before the last tenth's first merge."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.state["replay_started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.system = RowLevelMerge(self.spark, self.base, self.folder, self.table)
+
+    def finish(self) -> dict[str, Any]:
+        """The replay's time summary and whether its rows equal the first tenth's (hash); its
+        table dropped."""
+        assert self.system is not None
+        rows = list(table_hash(self.system.frame(), self.base.columns))
+        self.spark.sql(f"DROP TABLE IF EXISTS {self.table}")
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return {
+            "started": self.state.get("replay_started", ""),
+            "ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "paired": True,
+            **_decile(self.state["replay_records"]).summary(),
+            "same_rows": rows == self.state["deciles"][RowLevelMerge.name][0]["hash"],
+        }
 
 
 def replay_first_tenth(
@@ -1005,11 +1095,15 @@ def _replay_lines(r: dict[str, Any]) -> list[str]:
     rep = r.get("replay")
     if not rep:
         return []
-    how = (
-        "every system, interleaved as in the run, each on a fresh copy of the base table"
-        if "systems" in rep
-        else "row_level_merge alone, on a fresh copy of the base table"
-    )
+    if rep.get("paired"):
+        how = (
+            "row_level_merge on a fresh copy of the base table, each merge in the same round as "
+            "one of the last tenth's, so both ran on the machine as it was then"
+        )
+    elif "systems" in rep:
+        how = "every system, interleaved as in the run, each on a fresh copy of the base table"
+    else:
+        how = "row_level_merge alone, on a fresh copy of the base table"
     lines = [
         f"First tenth replayed (merges 1-{rep['merges']}, {how}) {rep['started']}..{rep['ended']}: "
         f"row_level_merge mean {rep['mean_s']} s, median {rep['median_s']} s, p95 {rep['p95_s']} s; "

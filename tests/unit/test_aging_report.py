@@ -75,3 +75,13 @@ def test_the_replay_says_how_it_ran_and_each_systems_last_tenth_against_it() -> 
     assert "same rows as the first tenth: yes" in lines[0]
     assert "| row_level_merge | 1.6 | 1.5 | 1.95 | 1.3 | 1.35 |" in lines
     assert "| delta_rs | 0.15 | 0.11 | 0.154 | 1.4 | 1.195 |" in lines
+
+
+def test_a_replay_beside_the_last_tenth_says_so() -> None:
+    replay = {
+        "started": "s", "ended": "e", "merges": 100, "mean_s": 1.5, "median_s": 1.4, "p95_s": 2.0,
+        "same_rows": False, "paired": True,
+    }  # fmt: skip
+    lines = aging._replay_lines({"deciles": {}, "replay": replay})
+    assert "each merge in the same round as one of the last tenth's" in lines[0]
+    assert "same rows as the first tenth: NO" in lines[0] and len(lines) == 2
