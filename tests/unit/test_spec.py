@@ -364,6 +364,20 @@ def test_upkeep_defaults_and_values() -> None:
     assert parse_spec(spec(cluster_by=[" a ", "b"])).upkeep.cluster_by == ("a", "b")
 
 
+def test_upkeep_retention_takes_each_setting_given_else_the_stored_one_else_the_default() -> None:
+    from dbt.adapters.rowmerge.merge.journal import DEFAULT_RETENTION, Retention
+    from dbt.adapters.rowmerge.merge.spec import Upkeep
+
+    stored = Retention(5, 2.0, 3)
+    assert Upkeep().retention(None) == DEFAULT_RETENTION  # nothing ever chosen: the default
+    assert Upkeep().retention(stored) == stored  # nothing given: the table's
+    assert Upkeep(retain_versions=0).retention(stored) == Retention(0, 2.0, 3)
+    assert Upkeep(retain_hours=0, feed_retain_versions=7).retention(stored) == Retention(5, 0.0, 7)
+    assert Upkeep(retain_hours=36).retention(None) == Retention(DEFAULT_RETENTION.versions, 36.0, None)
+    off = parse_spec(spec(retain_versions=0, retain_hours=0)).upkeep
+    assert off.retention(stored) == Retention(0, 0.0, 3)
+
+
 @pytest.mark.parametrize(
     "key, value, problem",
     [

@@ -35,7 +35,7 @@ from . import compaction, faults
 from .compaction import DataFile, Group
 from .errors import MergeCommittedError, MergeError, MergeSpecError
 from .filestats import indexed_columns
-from .journal import Entry, Journal, Retention, chosen_retention
+from .journal import Entry, Journal, Retention
 from .lean_columns import lean_columns
 from .lock import TableLock
 from .notices import warn
@@ -202,10 +202,7 @@ def _optimize(
         versions = [0]
     # A cluster_by given here is the table's from now on; otherwise the stored one stays.
     keep = tuple(cluster) if upkeep.cluster_by is not None else stored
-    stored_retention = newest.retention if newest is not None else None
-    retention = chosen_retention(
-        upkeep.retain_versions, upkeep.retain_hours, stored_retention, upkeep.feed_retain_versions
-    )
+    retention = upkeep.retention(newest.retention if newest is not None else None)
     entry = compact(spark, journal, lock, target, groups, list(cluster), upkeep, snapshot, keep, retention)
     logger.info("rowmerge: optimized %s: version %d", target.name, entry.version)
     return OptimizeResult(

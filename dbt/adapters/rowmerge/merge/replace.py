@@ -40,7 +40,7 @@ from . import faults, feed_owner
 from .cdf import CHANGE_TYPE, ChangesTable, feed_schema, prepare_feed_table, write_feed_rows
 from .errors import MergeCommittedError, StorageError, UnsupportedTableError, spark_reason
 from .filestats import indexed_columns
-from .journal import Journal, Retention, Staging, chosen_retention
+from .journal import Journal, Retention, Staging
 from .lock import TableLock
 from .notices import warn
 from .outputs import DELETE, INSERT, q
@@ -241,8 +241,7 @@ def replace_table(
 def _retention(upkeep: Upkeep | None, stored: Retention | None) -> Retention | None:
     """What the refresh's version keeps of the table it replaces: as a merge decides it, so
     a table whose only version is the first run's (which records no policy) keeps it too."""
-    given = upkeep or Upkeep()  # no settings given: each is None, the stored one or the default
-    return chosen_retention(given.retain_versions, given.retain_hours, stored, given.feed_retain_versions)
+    return (upkeep or Upkeep()).retention(stored)  # no settings given: the stored one or the default
 
 
 def _fields(

@@ -61,7 +61,7 @@ from .feed_range import ChangesRange
 from .feed_range import resolve as resolve_range
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
 from .guards import check_deletes, check_source
-from .journal import Entry, Journal, Recovery, Retention, Staging, chosen_retention
+from .journal import Entry, Journal, Recovery, Retention, Staging
 from .lean_columns import lean_columns
 from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
@@ -249,9 +249,7 @@ def _prepare(
     )
     upkeep = parsed.upkeep
     stored = newest.retention if newest else None
-    retention = chosen_retention(
-        upkeep.retain_versions, upkeep.retain_hours, stored, upkeep.feed_retain_versions
-    )
+    retention = upkeep.retention(stored)
     raw_source = read_source(spark, parsed.source)
     plan = build_plan(parsed, target, raw_source, target.loaded(spark), commit_time)
     feed = parsed.change_data_feed and not dry

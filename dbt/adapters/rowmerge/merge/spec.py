@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import MergeSpecError
+from .journal.retention import Retention, chosen
 from .sqltext import check_path_safe, expression_problem, parse_name, quote, shorten
 
 _ALIAS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -148,6 +149,12 @@ class Upkeep:
     @property
     def target_bytes(self) -> int:
         return int(self.target_file_size_mb * 1024 * 1024)
+
+    def retention(self, stored: Retention | None) -> Retention | None:
+        """The retention the next version records: each setting given here, else the table's
+        ``stored`` one, else the default (journal/retention.py ``chosen``). One place, so a
+        merge, a full refresh, an optimize and a vacuum decide it the same way."""
+        return chosen(self.retain_versions, self.retain_hours, stored, self.feed_retain_versions)
 
 
 def parse_upkeep(raw: Mapping[str, Any], problems: list[str]) -> Upkeep:

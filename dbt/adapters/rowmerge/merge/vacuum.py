@@ -27,7 +27,7 @@ from pyspark.sql.utils import AnalysisException
 
 from . import faults
 from .errors import MergeCommittedError, MergeSpecError, UnsafeVacuumError
-from .journal import DEFAULT_RETENTION, Entry, FileEntry, Journal, Retention, chosen_retention, history_row
+from .journal import DEFAULT_RETENTION, Entry, FileEntry, Journal, Retention, history_row
 from .journal.base import BASE_OPERATION, Base
 from .journal.entry import FeedExpiry
 from .journal.entry import fold as fold_entry
@@ -168,10 +168,7 @@ def _vacuum(
     entries = journal.all_entries(versions, target.name)
     newest = entries[-1]
     stored = newest.retention
-    policy = (
-        chosen_retention(upkeep.retain_versions, upkeep.retain_hours, stored, upkeep.feed_retain_versions)
-        or DEFAULT_RETENTION
-    )
+    policy = upkeep.retention(stored) or DEFAULT_RETENTION
     now = journal.commit_time(versions, newest)
     oldest = keep_from(policy, entries, now)
     expired = tuple(k for k in journal.retained_versions() if k <= oldest)

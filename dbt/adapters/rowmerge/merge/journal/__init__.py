@@ -75,7 +75,6 @@ from .layout import (
     utc_now,
 )
 from .retention import DEFAULT_RETENTION, Retention
-from .retention import chosen as chosen_retention
 from .snapshots import Snapshot
 
 __all__ = [
@@ -107,7 +106,6 @@ __all__ = [
     "Snapshot",
     "Staging",
     "Written",
-    "chosen_retention",
     "history_row",
     "parse_iso",
     "utc_now",
