@@ -633,7 +633,11 @@ def run_shape(
     # A run saved before the pairing existed, stopped inside its last tenth, cannot pair what
     # is left of it: it replays the first tenth after its last merge instead (_finish).
     pairs = RowLevelMerge.name in live and (state["done"] < paired_from or "replay_records" in state)
-    replay = PairedReplay(spark, shape, base, state, shape_dir, paired_from) if pairs else None
+    replay = (
+        PairedReplay(spark, shape, base, state, shape_dir, paired_from, lambda: _save(state_path, state))
+        if pairs
+        else None
+    )
     slice_ = {"from_merge": state["done"] + 1, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     try:
         for k in range(state["done"] + 1, args.merges + 1):
@@ -649,7 +653,7 @@ def run_shape(
                 again = shape_dir / "sources" / f"replay-{j:05d}"
                 source_rows(spark, shape, base, j).coalesce(1).write.mode("overwrite").parquet(str(again))
                 round_[REPLAY] = (replay.system, again, j)
-            for name, (system, src, n) in _rotated(round_, k):
+            for name, (system, src, n) in _round_order(round_, k):
                 with measured(spark, f"aging {shape.name} {name} {n}") as usage:
                     metrics = system.merge(src, n)
                 system.tidy(n)
@@ -689,15 +693,18 @@ def _record(usage: Usage, metrics: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rotated(live: dict[str, Any], k: int) -> list[tuple[str, Any]]:
-    """The systems in the order merge ``k`` runs them: rotated by one every merge, so that none
-    is always the first to read the merge's new source (and to pay for what the round's earlier
-    work left cold) and none always follows the same one. In the hourly shape's first 516 merges
-    at commit b5b4827, with our engine always first, it took 1.05x its own run without
-    retention, 70 ms of the 112 ms a merge in the rewrite phase, which retention does not touch."""
+def _round_order(live: dict[str, Any], k: int) -> list[tuple[str, Any]]:
+    """The systems in the order merge ``k`` runs them: shuffled every merge (seeded by ``k``),
+    so that none is always the first to read the merge's new source (and to pay for what the
+    round's earlier work left cold) and none always follows the same one. In the hourly shape's
+    first 516 merges at commit b5b4827, with our engine always first, it took 1.05x its own run
+    without retention, 70 ms of the 112 ms a merge in the rewrite phase, which retention does
+    not touch. (A rotation, used until 2026-11-29, fixed each system's predecessor: in the last
+    tenth our engine would have followed the first tenth's replay, itself our engine, in most
+    rounds.)"""
     items = list(live.items())
-    start = k % len(items)
-    return items[start:] + items[:start]
+    random.Random(k).shuffle(items)
+    return items
 
 
 def _decile_end(
@@ -814,9 +821,9 @@ REPLAY = "row_level_merge_first_tenth_again"
 
 class PairedReplay:
     """Our engine's first tenth replayed in the rounds of the last tenth, so that the two ran on
-    the same machine minute by minute: this machine's speed moved by 1.4-1.6x within one
+    the same machine minute by minute: this machine's speed moved by 1.3-1.6x within one
     session (the hourly shape at engine tree da1b3a7e: every system, delta-rs included, took
-    1.4-1.6x as long in its last tenth as in a replay of its first tenth 20 minutes later), far
+    1.3-1.6x as long in its last tenth as in a replay of its first tenth 20 minutes later), far
     more than the 15 % the targets judge. Its records live in the state (``replay_records``),
     its table in ``<shape>/replay``: a run stopped inside the last tenth goes on with both."""
 
@@ -828,13 +835,22 @@ class PairedReplay:
         state: dict[str, Any],
         shape_dir: Path,
         paired_from: int,
+        save: Callable[[], None],
     ) -> None:
         self.spark, self.shape, self.base, self.state = spark, shape, base, state
         self.folder, self.table = shape_dir / "replay", f"aging.{shape.name}_replay"
         self.system: RowLevelMerge | None = None
+        self.paired_from, self.save = paired_from, save
         state.setdefault("replay_records", [])
         done = len(state["replay_records"])
+        if "replay_result" in state:  # finished (then the run stopped before its report)
+            return
         if state["done"] >= paired_from:  # resumed inside the last tenth: the table lives on
+            if done != state["done"] - paired_from + 1:
+                raise SystemExit(
+                    f"{shape.name}: {done} replayed merges beside merges {paired_from}-{state['done']}; "
+                    "run without --resume"
+                )
             want = base.rows + done * shape.inserts
             self.system = RowLevelMerge(spark, base, self.folder, self.table)
             found = self.system.frame().count()
@@ -853,26 +869,50 @@ class PairedReplay:
         self.system = RowLevelMerge(self.spark, self.base, self.folder, self.table)
 
     def finish(self) -> dict[str, Any]:
-        """The replay's time summary and whether its rows equal the first tenth's (hash); its
-        table dropped."""
+        """The replay's time summary, the per-round ratios of the last tenth's merges to it, and
+        whether its rows equal the first tenth's (hash); saved in the state before its table is
+        dropped, so a run that stops later in its report still has it."""
+        if "replay_result" in self.state:
+            return dict(self.state["replay_result"])
         assert self.system is not None
         rows = list(table_hash(self.system.frame(), self.base.columns))
-        self.spark.sql(f"DROP TABLE IF EXISTS {self.table}")
-        shutil.rmtree(self.folder, ignore_errors=True)
-        return {
+        again = self.state["replay_records"]
+        last = self.state["records"][RowLevelMerge.name][self.paired_from - 1 :]
+        result = {
             "started": self.state.get("replay_started", ""),
             "ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "paired": True,
-            **_decile(self.state["replay_records"]).summary(),
+            **_decile(again).summary(),
+            "round_ratio": paired_ratio([a["s"] for a in last], [b["s"] for b in again]),
             "same_rows": rows == self.state["deciles"][RowLevelMerge.name][0]["hash"],
         }
+        self.state["replay_result"] = result
+        self.save()
+        self.spark.sql(f"DROP TABLE IF EXISTS {self.table}")
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return dict(result)
+
+
+def paired_ratio(last: list[float], first: list[float], resamples: int = 2000) -> dict[str, float]:
+    """The median of the per-round ratios last[i] / first[i] (merge i of the last tenth and of
+    the replayed first tenth ran in the same round), with a 95 % bootstrap interval: the pairing
+    cancels what the machine did during the round, and the median what one GC pause does to a
+    mean or a p95 of 100 merges."""
+    ratios = [a / b for a, b in zip(last, first, strict=True) if b > 0]
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return {
+        "median": round(statistics.median(ratios), 3),
+        "low": round(medians[int(0.025 * resamples)], 3),
+        "high": round(medians[int(0.975 * resamples) - 1], 3),
+    }
 
 
 def replay_first_tenth(
     spark: SparkSession, shape: Shape, base: BaseTable, state: dict[str, Any], shape_dir: Path
 ) -> dict[str, Any]:
     """The first tenth's merges again, now, on fresh copies of the base table: every system of
-    the run, interleaved in the same rotation as the run (after three untimed merges of our
+    the run, interleaved in the run's order (after three untimed merges of our
     engine on another copy, to warm a JVM that ``--replay`` has just started). Returns our
     engine's time summary (the targets' denominator), every system's under ``systems``, and
     whether every replayed table's rows equal the first tenth's (hash).
@@ -895,7 +935,7 @@ def replay_first_tenth(
         source_rows(spark, shape, base, k).coalesce(1).write.mode("overwrite").parquet(str(source))
         if k <= 3:
             warm.merge(source, k)
-        for name, system in _rotated(live, k):
+        for name, system in _round_order(live, k):
             with measured(spark, f"aging {shape.name} replay {name} {k}") as usage:
                 metrics = system.merge(source, k)
             system.tidy(k)
@@ -924,6 +964,11 @@ def replay_finished(spark: SparkSession, shape: Shape, work: Path) -> None:
     result = state.get("result")
     if result is None:
         raise SystemExit(f"{shape.name}: not finished; its replay runs after its last merge")
+    if (result.get("replay") or {}).get("paired"):
+        raise SystemExit(
+            f"{shape.name}: its first tenth was replayed beside its last tenth; a replay now would "
+            "judge the last tenth against a machine it did not run on"
+        )
     replay = replay_first_tenth(spark, shape, _base_from(state["base"]), state, work / shape.name)
     result["replay"] = replay
     one_slice = _one_slice(result["slices"], result["merges"])
@@ -946,8 +991,9 @@ def checks(
     one_slice: bool = True,
 ) -> dict[str, Any]:
     """The issue's targets for our table, each as (measured, limit, held). The merge-time
-    targets compare the last tenth with ``replay`` (the first tenth run again after the last
-    merge), and with the first tenth as it ran when both ran in ``one_slice``; otherwise that
+    targets compare the last tenth with ``replay`` (the first tenth run again beside the last
+    tenth, or for an older run after its last merge), and with the first tenth as it ran when
+    both ran in ``one_slice`` and nothing was replayed beside the last tenth; otherwise that
     ratio is reported with no verdict (the machine's speed may have moved between them)."""
     ours, base = RowLevelMerge.name, RowLevelMergeNoCompaction.name
     if ours not in deciles or len(deciles[ours]) < 2:
@@ -955,12 +1001,25 @@ def checks(
     first, last = deciles[ours][0], deciles[ours][-1]
     fresh, aged = end["fresh"], end[ours]
     out: dict[str, Any] = {}
+    paired = replay is not None and bool(replay.get("paired"))
     if replay is not None:
-        out["last decile / first replayed now: mean"] = (round(last["mean_s"] / replay["mean_s"], 3), 1.15)
-        out["last decile / first replayed now: p95"] = (round(last["p95_s"] / replay["p95_s"], 3), 1.15)
-    as_ran = "" if one_slice else " (ran in another slice: no verdict)"
+        when = "beside it" if paired else "now"
+        out[f"last decile / first replayed {when}: mean"] = (
+            round(last["mean_s"] / replay["mean_s"], 3),
+            1.15,
+        )
+        out[f"last decile / first replayed {when}: p95"] = (round(last["p95_s"] / replay["p95_s"], 3), 1.15)
+    # As it ran, the first tenth is a verdict only when it ran in the last tenth's slice and
+    # without a replay beside the last tenth (whose rounds then held one more merge).
+    as_ran = (
+        " (rounds of the last tenth held the replay too: no verdict)"
+        if paired
+        else ""
+        if one_slice
+        else " (ran in another slice: no verdict)"
+    )
     as_ran_mean, as_ran_p95 = f"last/first decile mean{as_ran}", f"last/first decile p95{as_ran}"
-    informational = set() if one_slice else {as_ran_mean, as_ran_p95}
+    informational = {as_ran_mean, as_ran_p95} if as_ran else set()
     out[as_ran_mean] = (round(last["mean_s"] / first["mean_s"], 3), 1.15)
     out[as_ran_p95] = (round(last["p95_s"] / first["p95_s"], 3), 1.15)
     out.update(
@@ -1104,10 +1163,17 @@ def _replay_lines(r: dict[str, Any]) -> list[str]:
         how = "every system, interleaved as in the run, each on a fresh copy of the base table"
     else:
         how = "row_level_merge alone, on a fresh copy of the base table"
+    ratio = rep.get("round_ratio")
+    per_round = (
+        f" Per round, the last tenth's merge / the replayed one: median {ratio['median']} "
+        f"(95 % bootstrap interval {ratio['low']}-{ratio['high']})."
+        if ratio
+        else ""
+    )
     lines = [
         f"First tenth replayed (merges 1-{rep['merges']}, {how}) {rep['started']}..{rep['ended']}: "
         f"row_level_merge mean {rep['mean_s']} s, median {rep['median_s']} s, p95 {rep['p95_s']} s; "
-        f"same rows as the first tenth: {'yes' if rep['same_rows'] else 'NO'}.",
+        f"same rows as the first tenth: {'yes' if rep['same_rows'] else 'NO'}.{per_round}",
         "",
     ]
     if "systems" in rep:

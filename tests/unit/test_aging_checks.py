@@ -4,8 +4,11 @@ both ran in one slice (the machine's speed moves between sessions)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -50,3 +53,40 @@ def test_tenths_in_one_slice_are_judged_both_ways() -> None:
 def test_a_replay_with_other_rows_fails() -> None:
     got = verdicts(aging.checks(DECILES, END, {}, {**REPLAY, "same_rows": False}, one_slice=False))
     assert got["first decile replayed: same rows"] == ("no", False)
+
+
+def test_a_replay_beside_the_last_tenth_is_the_verdict_and_the_tenth_as_it_ran_is_not() -> None:
+    paired = {**REPLAY, "paired": True}
+    got = verdicts(aging.checks(DECILES, END, {}, paired, one_slice=True))
+    assert got["last decile / first replayed beside it: mean"] == (0.969, True)
+    assert got["last decile / first replayed beside it: p95"] == (0.847, True)
+    as_ran = "last/first decile mean (rounds of the last tenth held the replay too: no verdict)"
+    assert got[as_ran] == (1.405, None)
+    assert not any("replayed now" in k for k in got)
+
+
+def test_the_per_round_ratio_is_a_median_with_a_bootstrap_interval() -> None:
+    first = [1.0] * 100
+    last = [1.1] * 90 + [5.0] * 10  # ten GC pauses move a mean, not the median
+    got = aging.paired_ratio(last, first)
+    assert got == {"median": 1.1, "low": 1.1, "high": 1.1}
+    spread = aging.paired_ratio([1.0 + i / 100 for i in range(100)], first)
+    assert spread["low"] < spread["median"] < spread["high"] and abs(spread["median"] - 1.495) < 1e-9
+
+
+def test_rounds_are_shuffled_by_merge_so_no_system_keeps_its_predecessor() -> None:
+    live = {name: None for name in "abcde"}
+    orders = [[n for n, _ in aging._round_order(live, k)] for k in range(1, 201)]
+    assert orders[0] == [n for n, _ in aging._round_order(live, 1)]  # the same order for the same merge
+    assert all(sorted(o) == list("abcde") for o in orders)
+    before_a = {o[o.index("a") - 1] for o in orders if o.index("a") > 0}
+    assert before_a == set("bcde")
+    assert {o[0] for o in orders} == set("abcde")
+
+
+def test_a_paired_replay_is_not_replaced_by_a_replay_now(tmp_path: Path) -> None:
+    state = {"result": {"replay": {"paired": True}, "slices": [], "merges": 1000}}
+    (tmp_path / "insert_heavy").mkdir()
+    (tmp_path / "insert_heavy" / "state.json").write_text(json.dumps(state))
+    with pytest.raises(SystemExit, match="replayed beside its last tenth"):
+        aging.replay_finished(None, aging.SHAPES["insert_heavy"], tmp_path)  # type: ignore[arg-type]
