@@ -917,10 +917,11 @@ def replay_first_tenth(
     engine's time summary (the targets' denominator), every system's under ``systems``, and
     whether every replayed table's rows equal the first tenth's (hash).
 
-    Interleaved, not our engine alone: alone, the same merges ran faster than in the run (the
-    hourly shape at engine tree da1b3a7e: 1.27 s alone against 1.59 s interleaved), since no
-    other system's work evicts what ours keeps warm, so the last tenth, which ran interleaved,
-    was judged against a faster baseline than its own. The peers' ratios (last tenth / replayed
+    Interleaved, not our engine alone: alone, the same merges ran faster than interleaved (the
+    hourly shape at engine tree da1b3a7e: 1.27 s alone at 10:56, 1.42 s interleaved at 11:17,
+    1.59 s as they ran in the first tenth hours earlier), since no other system's work evicts
+    what ours keeps warm, so the last tenth, which ran interleaved, was judged against a faster
+    baseline than its own. The peers' ratios (last tenth / replayed
     first tenth) witness how far the machine's speed moved between the two."""
     per = max(1, state["merges"] // 10)
     folder = shape_dir / "replay"
