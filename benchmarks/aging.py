@@ -37,7 +37,7 @@ It moves within a session too: the hourly shape's last tenth, and a replay of it
 20 minutes later, differed by 1.3-1.6x for every system, delta-rs included. So the first tenth
 is replayed beside the last one (``PairedReplay``): its merges again, on a fresh copy of the
 base table, for row_level_merge, merge j in the same round as the last tenth's j-th merge
-(rotated with the systems like any of them), so both ran on the machine as it was then. The
+(ordered with the systems like any of them), so both ran on the machine as it was then. The
 merge-time targets compare the last tenth with that replay; the ratio to the first tenth as it
 ran is reported beside it, and counts as a target too when both tenths ran in the same slice.
 (A run saved before the pairing existed replays after its last merge: ``replay_first_tenth``,
@@ -814,7 +814,7 @@ def _finish(
 
 
 # The first tenth's merges run again, on a fresh copy of the base table, beside the last tenth:
-# merge j of the first tenth in the same round as merge (last tenth's first) + j - 1, rotated
+# merge j of the first tenth in the same round as merge (last tenth's first) + j - 1, ordered
 # with the systems like any of them. The merge-time targets compare the last tenth with it.
 REPLAY = "row_level_merge_first_tenth_again"
 
@@ -912,8 +912,8 @@ def replay_first_tenth(
     spark: SparkSession, shape: Shape, base: BaseTable, state: dict[str, Any], shape_dir: Path
 ) -> dict[str, Any]:
     """The first tenth's merges again, now, on fresh copies of the base table: every system of
-    the run, interleaved in the run's order (after three untimed merges of our
-    engine on another copy, to warm a JVM that ``--replay`` has just started). Returns our
+    the run, interleaved in the run's order (after three untimed merges of our engine on another
+    copy, to warm a JVM that ``--replay`` has just started). Returns our
     engine's time summary (the targets' denominator), every system's under ``systems``, and
     whether every replayed table's rows equal the first tenth's (hash).
 
@@ -921,8 +921,8 @@ def replay_first_tenth(
     hourly shape at engine tree da1b3a7e: 1.27 s alone at 10:56, 1.42 s interleaved at 11:17,
     1.59 s as they ran in the first tenth hours earlier), since no other system's work evicts
     what ours keeps warm, so the last tenth, which ran interleaved, was judged against a faster
-    baseline than its own. The peers' ratios (last tenth / replayed
-    first tenth) witness how far the machine's speed moved between the two."""
+    baseline than its own. The peers' ratios (last tenth / replayed first tenth) witness how far
+    the machine's speed moved between the two."""
     per = max(1, state["merges"] // 10)
     folder = shape_dir / "replay"
     shutil.rmtree(folder, ignore_errors=True)
