@@ -8,7 +8,7 @@ import json
 import os
 import threading
 import time
-from datetime import date
+from datetime import date, datetime, timedelta
 
 import pytest
 
@@ -74,6 +74,33 @@ def test_optimize_with_cluster_by_restores_file_skipping(spark, db):
     assert m["numBytesRemoved"] == result.bytes_removed and m["numBytesAdded"] == result.bytes_added
 
 
+
+def test_a_clustered_table_is_not_clustered_again(spark, db):
+    """The journal records the range of the first cluster column only, and only of some types
+    (not of an ORC file, nor of a timestamp); where it cannot tell, optimize reads the files'
+    keys, so a partition already in key order is not rewritten again at every call."""
+    start = datetime(2026, 1, 1)
+    cases = {
+        "orc_ids": ("orc", "id long, v string", ["id"], lambda i: (i, "v")),
+        "stamps": ("parquet", "ts timestamp, v string", ["ts"], lambda i: (start + timedelta(0, i), "v")),
+        "pairs": ("parquet", "g long, id long, v string", ["g", "id"], lambda i: (i % 3, i, "v")),
+    }
+    for name, (fmt, schema, key, row) in cases.items():
+        t = f"{db}.{name}"
+        files = [[row(i * INTERLEAVED + k) for i in range(400)] for k in range(INTERLEAVED)]
+        create_table(spark, t, schema, files, fmt=fmt)
+        expected = rows(spark, t)
+        mb = sum(size for size, _ in file_snapshot(spark, t).values()) / 4 / 2**20  # about 4 files
+        first = optimize(spark, t, cluster_by=key, target_file_size_mb=mb)
+        assert (first.version, first.files_removed) == (1, INTERLEAVED), (name, first)
+        assert first.files_added > 1, (name, first)
+        # at most one more call packs what the sorted rewrite left small (its files are sized by
+        # the bytes it read; sorted keys compress better); then there is nothing left to do
+        calls = [optimize(spark, t, target_file_size_mb=mb) for _ in range(3)]
+        assert [c.version for c in calls][1:] == [None, None], (name, calls)
+        assert all(c.files_removed < first.files_added for c in calls), (name, calls)
+        assert rows(spark, t) == expected, name
+
 def test_before_optimize_the_same_upsert_reads_every_file(spark, db):
     """The other half of the claim above: interleaved keys defeat file skipping."""
     t = f"{db}.t"
@@ -127,6 +154,36 @@ def test_optimize_of_one_partition_leaves_the_others(spark, db):
     assert os.path.isdir(folder)
 
 
+
+def test_partition_values_the_folders_escape_are_compacted(spark, db):
+    """A value with a space or a ':' (every timestamp) is escaped in its folder's name and
+    URL-encoded once more in `_metadata.file_path`; OPTIMIZE and auto-compaction find the files
+    by the folder's own path."""
+    hours = ("2026-01-01 10:00", "a b/c%d")
+    t = f"{db}.p"
+    batches = [[(k * 10 + j, h) for j in range(3)] for k in range(3) for h in hours]
+    create_table(spark, t, "id long, hour string", batches, partition_by=["hour"])
+    expected = rows(spark, t)
+    result = optimize(spark, t)
+    assert (result.files_removed, result.files_added) == (6, 2)
+    assert rows(spark, t) == expected
+    stamped = f"{db}.ts"
+    create_table(
+        spark, stamped, "id long, ts timestamp",
+        [[(k, datetime(2026, 1, 1, 10, 30, 15))] for k in range(3)], partition_by=["ts"],
+    )  # fmt: skip
+    assert "ts=2026-01-01 10%3A30%3A15" in " ".join(file_snapshot(spark, stamped))
+    assert optimize(spark, stamped).files_removed == 3
+    assert rows(spark, stamped) == [(k, datetime(2026, 1, 1, 10, 30, 15)) for k in range(3)]
+    # an hourly model's inserts into the escaped partition are compacted after its merges
+    compacted = []
+    for k in range(3):
+        src = source_view(spark, f"{db}_h{k}", "id long, hour string", [(100 + k, hours[0])])
+        found = merge(spark, t, src, UPSERT, on="t.id = s.id AND t.hour = s.hour", auto_compact_min_files=2)
+        compacted.append(found.metrics["compactVersion"])
+    assert any(compacted), compacted
+    assert rows(spark, t) == sorted(expected + [(100 + k, hours[0]) for k in range(3)])
+
 def test_dry_run_reports_and_writes_nothing(spark, db):
     t = f"{db}.t"
     _interleaved(spark, t, per_file=50)
@@ -179,6 +236,29 @@ def test_cluster_by_is_stored_and_honoured_by_later_compactions(spark, db):
     assert newest["operation"] == "OPTIMIZE" and newest["metrics"]["orderedBy"] == ["w"]
 
 
+
+def test_a_cluster_by_given_with_nothing_to_rewrite_is_stored_all_the_same(spark, db):
+    t = f"{db}.one"
+    create_table(spark, t, "id long, v string, w long", [[(k, f"v{k}", 100 - k) for k in range(4)]])
+    expected = rows(spark, t)
+    result = optimize(spark, t, cluster_by=["w"])
+    assert (result.version, result.files_removed, result.files_added, result.cluster_by) == (1, 0, 0, ("w",))
+    assert result.summary().endswith("nothing to compact (1 file(s)); cluster_by (w) stored as version 1")
+    newest = history(spark, t)[0]
+    assert (newest["operation"], newest["files_removed"], newest["files_added"]) == ("OPTIMIZE", 0, 0)
+    assert (newest["metrics"]["numFilesAfter"], newest["metrics"]["numBytesAfter"]) == (
+        1,
+        newest["metrics"]["numBytesBefore"],
+    )
+    assert rows(spark, t) == expected
+    assert optimize(spark, t, cluster_by=["W"]).version is None  # nothing new to record
+    # the compactions after it sort by w (it descends as id ascends)
+    for k in range(4, 7):
+        src = source_view(spark, f"{db}_w{k}", "id long, v string, w long", [(k, f"v{k}", 100 - k)])
+        merge(spark, t, src, UPSERT, auto_compact_min_files=2)
+    compactions = [h for h in history(spark, t) if h["operation"] == "OPTIMIZE" and h["version"] > 1]
+    assert compactions and all(h["metrics"]["orderedBy"] == ["w"] for h in compactions), compactions
+
 def test_a_default_cluster_by_orders_inside_partitions_and_yields_to_the_stored_one(spark, db):
     # From dbt the model's unique_key is the default: its partition column is left out, it is
     # not stored, and a stored clustering comes first.
@@ -229,6 +309,25 @@ def test_bad_arguments_are_refused_before_anything(spark, db, kwargs, message):
     assert message in str(info.value)
     assert folder_digest(table_dir(spark, t)) == before
 
+
+
+def test_an_empty_partitioned_table_and_a_column_spark_cannot_sort(spark, db):
+    t = f"{db}.e"
+    columns = "id long, m map<string, int>, day string"
+    spark.sql(f"CREATE TABLE {t} ({columns}) USING parquet PARTITIONED BY (day)")
+    assert optimize(spark, t, partition_filter="day = 'x'").version is None
+    with pytest.raises(MergeSpecError) as info:
+        optimize(spark, t, partition_filter="id > 3")
+    assert "`partition_filter` (id > 3) must be a condition on the partition columns" in str(info.value)
+    spark.sql(f"INSERT INTO {t} VALUES (1, map('a', 1), 'x'), (2, map('b', 2), 'x')")
+    spark.sql(f"INSERT INTO {t} VALUES (3, map('c', 3), 'x')")
+    before = folder_digest(table_dir(spark, t))
+    with pytest.raises(MergeSpecError) as info:
+        optimize(spark, t, cluster_by=["m"])
+    assert f"`cluster_by` column 'm' of {t} is of type map<string,int>, which Spark cannot sort by" in str(
+        info.value
+    )
+    assert folder_digest(table_dir(spark, t)) == before
 
 # -- auto-compaction after a merge ----------------------------------------------------------
 

@@ -407,3 +407,21 @@ def test_upkeep_retention_takes_each_setting_given_else_the_stored_one_else_the_
 )
 def test_upkeep_problems_name_the_key(key: str, value: Any, problem: str) -> None:
     assert problems_of(spec(**{key: value})) == [problem]
+
+
+def test_upkeep_tiers_that_could_never_merge_are_refused() -> None:
+    """A tier merges min_files files at once and a merge compacts at most max_files: with
+    min_files above max_files compaction would silently never run."""
+    assert problems_of(spec(auto_compact_min_files=10, auto_compact_max_files=4)) == [
+        "`auto_compact_min_files` (10) must not exceed `auto_compact_max_files` (4): a size tier merges "
+        "`auto_compact_min_files` files at once, and a merge compacts at most `auto_compact_max_files`, "
+        "so nothing would ever be compacted"
+    ]
+    assert problems_of(spec(auto_compact_min_files=100))[0].startswith("`auto_compact_min_files` (100)")
+    assert parse_spec(spec(auto_compact_min_files=4, auto_compact_max_files=4)).upkeep.min_files == 4
+
+
+def test_a_target_size_below_a_byte_is_one_byte() -> None:
+    from dbt.adapters.rowmerge.merge.spec import Upkeep
+
+    assert Upkeep(target_file_size_mb=1e-9).target_bytes == 1

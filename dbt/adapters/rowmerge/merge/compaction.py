@@ -240,14 +240,17 @@ def settled(
     return out
 
 
-def bin_packed(files: Sequence[DataFile], target_bytes: int, cluster: bool) -> list[Group]:
+def bin_packed(
+    files: Sequence[DataFile], target_bytes: int, cluster: bool, in_order: Collection[str] = ()
+) -> list[Group]:
     """The groups ``optimize`` rewrites: small files packed into bins of about the target size;
     with ``cluster``, also every partition whose files' key ranges overlap (all its files,
-    sorted across them)."""
+    sorted across them), but those of ``in_order``, known not to (read from the files where
+    the journal's ranges could not tell: :func:`doubtful`)."""
     full = target_bytes * FULL_FRACTION
     out: list[Group] = []
     for partition, found in sorted(_by_partition(files).items()):
-        if cluster and len(found) > 1 and _overlapping(found):
+        if cluster and len(found) > 1 and partition not in in_order and _overlapping(found):
             size = sum(f.size for f in found)
             ordered = tuple(sorted(found, key=lambda f: f.path))
             out.append(Group(partition, ordered, max(1, math.ceil(size / target_bytes))))
@@ -262,6 +265,22 @@ def bin_packed(files: Sequence[DataFile], target_bytes: int, cluster: bool) -> l
             bin_.append(f)
         if len(bin_) > 1:
             out.append(Group(partition, tuple(bin_), 1))
+    return out
+
+
+def doubtful(files: Sequence[DataFile], key_columns: int) -> dict[str, list[DataFile]]:
+    """The partitions (with their files) whose key ranges the journal cannot tell apart: it
+    records the range of the first cluster column only, and only of some types (not of an ORC
+    file, a timestamp, a double), so a partition whose ranges are unknown, or (with a key of
+    several columns) touch, may be in key order all the same; optimize reads their keys to
+    know, or it would rewrite a clustered partition again at every call."""
+    out = {}
+    for partition, found in _by_partition(files).items():
+        if len(found) < 2 or not _overlapping(found):  # noqa: PLR2004 - one file cannot overlap
+            continue
+        unknown = any(f.key_range is None or None in f.key_range for f in found)
+        if unknown or key_columns > 1:
+            out[partition] = found
     return out
 
 

@@ -27,8 +27,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    UserDefinedType,
+    VariantType,
+)
 from pyspark.sql.utils import AnalysisException
 
 from . import compaction, faults
@@ -82,13 +92,21 @@ class OptimizeResult:
             "files_added": self.files_added,
             "bytes_added": self.bytes_added,
             "files_after": self.files_before - self.files_removed + self.files_added,
+            # a dry run: None (what it would write is not known before writing)
+            "bytes_after": (
+                None if self.dry_run else self.bytes_before - self.bytes_removed + self.bytes_added
+            ),
             "cluster_by": list(self.cluster_by),
             "dry_run": self.dry_run,
         }
 
     def summary(self) -> str:
         if not self.files_removed:
-            return f"{self.table}: nothing to compact ({self.files_before} file(s))"
+            said = f"{self.table}: nothing to compact ({self.files_before} file(s))"
+            if self.version is not None:  # a version that only records the clustering
+                order = ", ".join(self.cluster_by) or "none"
+                said += f"; cluster_by ({order}) stored as version {self.version}"
+            return said
         verb = "would rewrite" if self.dry_run else "rewrote"
         into = (
             f"{self.files_added} file(s)"
@@ -154,7 +172,7 @@ def optimize(
         raise MergeSpecError(problems)
     fallback = tuple(c for c in default_cluster_by or () if isinstance(c, str) and c.strip())
     with lean_columns(), storage_errors(f"OPTIMIZE of {table}"):
-        journal = open_journal(spark, locate_or_finish(spark, table))
+        journal = open_journal(spark, locate_or_finish(spark, table, "OPTIMIZE table"))
         journal.check_placement(table)
         if dry_run:
             target = load_target(spark, table)
@@ -188,10 +206,16 @@ def _optimize(
     files = data_files(journal, target, snapshot, cluster, versions)
     chosen = _partitions(spark, target, {f.partition for f in files}, partition_filter)
     in_scope = [f for f in files if chosen is None or f.partition in chosen]
-    groups = compaction.bin_packed(in_scope, upkeep.target_bytes, cluster=bool(cluster))
+    in_order = _in_key_order(spark, journal, target, in_scope, cluster) if cluster else set()
+    groups = compaction.bin_packed(in_scope, upkeep.target_bytes, cluster=bool(cluster), in_order=in_order)
     counted = compaction.summary(groups)
     before = (len(snapshot), sum(f.size for f in snapshot.values()))
-    if dry or not groups:
+    # A cluster_by given here is the table's from now on; otherwise the stored one stays. Given
+    # with nothing to rewrite (the files are in its order already, or too few), it is still
+    # recorded: by an OPTIMIZE version that moves no file.
+    keep = tuple(cluster) if upkeep.cluster_by is not None else stored
+    reclustered = upkeep.cluster_by is not None and tuple(keep or ()) != tuple(stored or ())
+    if dry or not (groups or reclustered):
         return OptimizeResult(
             target.name, None, *before, counted["files"], counted["bytes"],
             counted["outputs"] if dry else 0, 0, tuple(cluster), dry,
@@ -200,8 +224,6 @@ def _optimize(
     if not versions:  # a table without a journal: version 0 is the table as found
         journal.write_initial(journal.initial_entry(target, "CONVERT", snapshot))
         versions = [0]
-    # A cluster_by given here is the table's from now on; otherwise the stored one stays.
-    keep = tuple(cluster) if upkeep.cluster_by is not None else stored
     retention = upkeep.retention(newest.retention if newest is not None else None)
     entry = compact(spark, journal, lock, target, groups, list(cluster), upkeep, snapshot, keep, retention)
     logger.info("rowmerge: optimized %s: version %d", target.name, entry.version)
@@ -209,6 +231,39 @@ def _optimize(
         target.name, entry.version, *before, len(entry.removed), sum(f.size for f in entry.removed),
         len(entry.added), sum(f.size for f in entry.added), tuple(cluster), False, dict(entry.metrics),
     )  # fmt: skip
+
+
+def _in_key_order(
+    spark: SparkSession,
+    journal: Journal,
+    target: TargetTable,
+    files: Sequence[DataFile],
+    cluster: Sequence[str],
+) -> set[str]:
+    """The partitions of :func:`.compaction.doubtful` whose files' ranges of the whole cluster
+    key do not overlap, read from the files in one job (each file's least and greatest key,
+    compared by Spark in the order the rewrite sorts by: ascending, NULL first)."""
+    doubtful = compaction.doubtful(files, len(cluster))
+    if not doubtful:
+        return set()
+    partition_of = {journal.storage.to_spark_path(f.path): p for p, found in doubtful.items() for f in found}
+    key = F.struct(*[F.col(q(c)) for c in cluster])
+    per_file = (
+        target.read(spark)
+        .where(F.col(FILE_PATH).isin(list(partition_of)))
+        .groupBy(F.col(FILE_PATH).alias("file"))
+        .agg(F.min(key).alias("low"), F.max(key).alias("high"))
+    )
+    mapping = F.create_map(*[F.lit(x) for u, p in sorted(partition_of.items()) for x in (u, p)])
+    in_partition = Window.partitionBy(F.element_at(mapping, F.col("file"))).orderBy("low")
+    overlapping = (
+        per_file.withColumn("partition", F.element_at(mapping, F.col("file")))
+        .withColumn("before", F.lag("high").over(in_partition))
+        .where(F.col("before") >= F.col("low"))
+        .select("partition")
+        .distinct()
+    )
+    return set(doubtful) - {r[0] for r in overlapping.collect()}
 
 
 def _sortable(target: TargetTable, columns: Sequence[str]) -> tuple[str, ...]:
@@ -233,11 +288,29 @@ def clustering_columns(target: TargetTable, columns: Sequence[str]) -> tuple[str
                 f"`cluster_by` column {c!r} is a partition column of {target.name}: every file holds "
                 "one value of it already; cluster by columns inside the files"
             )
+        elif not orderable(target.field(c).dataType):
+            problems.append(
+                f"`cluster_by` column {c!r} of {target.name} is of type "
+                f"{target.field(c).dataType.simpleString()}, which Spark cannot sort by (maps and "
+                "variants have no order); cluster by columns of other types"
+            )
         else:
             out.append(target.field(c).name)
     if problems:
         raise MergeSpecError(problems)
     return tuple(out)
+
+
+def orderable(dt: DataType) -> bool:
+    """Whether Spark can sort rows by a column of type ``dt`` (as its RowOrdering.isOrderable
+    says): not a map or a variant, nor an array or struct holding one."""
+    if isinstance(dt, ArrayType):
+        return orderable(dt.elementType)
+    if isinstance(dt, StructType):
+        return all(orderable(f.dataType) for f in dt.fields)
+    if isinstance(dt, UserDefinedType):
+        return orderable(dt.sqlType())
+    return not isinstance(dt, (MapType, VariantType))
 
 
 def data_files(
@@ -287,7 +360,9 @@ def _partitions(
         values = dict((k.lower(), v) for k, v in partition_values(folder)) if folder else {}
         rows.append((folder, *[values.get(c.lower()) for c in target.partition_columns]))
     cols = [target.field(c) for c in target.partition_columns]
-    frame = spark.createDataFrame(rows, ["__folder", *[f"_p{i}" for i in range(len(cols))]])
+    # The schema is given: an empty table has no folders, and the filter is still checked.
+    names = ["__folder", *[f"_p{i}" for i in range(len(cols))]]
+    frame = spark.createDataFrame(rows, StructType([StructField(n, StringType()) for n in names]))
     typed = frame.select(
         "__folder",
         *[
@@ -330,13 +405,16 @@ def compact(
     committed = False
     try:
         with timed_ms(metrics, "rewriteTimeMs"):
-            _write(spark, journal, target, groups, keys, staging.data_dir)
+            if groups:  # none: the version only records a new cluster_by
+                _write(spark, journal, target, groups, keys, staging.data_dir)
             removed = {f.path: f.size for g in groups for f in g.files}
             fields = indexed_columns(target.schema.fields, target.partition_columns)
+            # ``removed``'s paths as the storage names them (the snapshot's), not Spark's
+            # URL-encoded `_metadata.file_path` form: a partition value with a space or a ':'
+            # (every timestamp) is encoded there, and the storage would not find the file.
             staged, counts = staged_files(
-                target.file_format, staging.data_dir, journal.storage,
-                {journal.storage.to_spark_path(p): s for p, s in removed.items()}, fields,
-            )  # fmt: skip
+                target.file_format, staging.data_dir, journal.storage, removed, fields
+            )
         rows_in = sum(counts.values())
         rows_out = sum(f.rows for f in staged)
         if rows_in != rows_out:
@@ -358,6 +436,10 @@ def compact(
             numGroups=len(groups),
             numFilesBefore=len(snapshot),
             numBytesBefore=sum(f.size for f in snapshot.values()),
+        )
+        metrics.update(
+            numFilesAfter=metrics["numFilesBefore"] - len(removed) + len(staged),
+            numBytesAfter=metrics["numBytesBefore"] - metrics["numBytesRemoved"] + metrics["numBytesAdded"],
         )
         metrics["targetFileSizeMb"] = upkeep.target_file_size_mb
         if keys:

@@ -148,7 +148,7 @@ class Upkeep:
 
     @property
     def target_bytes(self) -> int:
-        return int(self.target_file_size_mb * 1024 * 1024)
+        return max(1, int(self.target_file_size_mb * 1024 * 1024))
 
     def retention(self, stored: Retention | None) -> Retention | None:
         """The retention the next version records: each setting given here, else the table's
@@ -200,13 +200,23 @@ def parse_upkeep(raw: Mapping[str, Any], problems: list[str]) -> Upkeep:
     ):
         problems.append(f"`retain_hours` must be a number >= 0, got {hours!r}")
         hours = None
+    min_files = int(number("auto_compact_min_files", DEFAULT_COMPACT_MIN_FILES, True, 2))
+    max_files = int(number("auto_compact_max_files", DEFAULT_COMPACT_MAX_FILES, True, 2))
+    if min_files > max_files:
+        # A tier merges min_files files at once and a merge compacts at most max_files:
+        # compaction would never run, silently.
+        problems.append(
+            f"`auto_compact_min_files` ({min_files}) must not exceed `auto_compact_max_files` "
+            f"({max_files}): a size tier merges `auto_compact_min_files` files at once, and a merge "
+            "compacts at most `auto_compact_max_files`, so nothing would ever be compacted"
+        )
     return Upkeep(
         auto_compact=auto,
         target_file_size_mb=number("target_file_size_mb", DEFAULT_TARGET_FILE_SIZE_MB, False, 1),
         cluster_by=cluster_by,
         optimize_every=int(every) if every else None,
-        min_files=int(number("auto_compact_min_files", DEFAULT_COMPACT_MIN_FILES, True, 2)),
-        max_files=int(number("auto_compact_max_files", DEFAULT_COMPACT_MAX_FILES, True, 2)),
+        min_files=min_files,
+        max_files=max_files,
         max_mb=number("auto_compact_max_mb", DEFAULT_COMPACT_MAX_MB, False, 1),
         retain_versions=int(versions) if versions >= 0 else None,
         retain_hours=float(hours) if hours is not None else None,
