@@ -20,7 +20,10 @@
   {%- set rows = adapter.rowmerge_history(relation, limit) -%}
   {{ log("version | timestamp | operation | inserted | updated | deleted | files added | files removed", info=True) }}
   {%- for r in rows -%}
-    {{ log(r.version ~ " | " ~ r.timestamp ~ " | " ~ r.operation ~ " | " ~ r.rows_inserted ~ " | " ~ r.rows_updated ~ " | " ~ r.rows_deleted ~ " | " ~ r.files_added ~ " | " ~ r.files_removed, info=True) }}
+    {#-- a RESTORE says which version it brought back --#}
+    {%- set restored = (r.metrics or {}).get('restoredVersion') if r.operation == 'RESTORE' else none -%}
+    {%- set operation = r.operation ~ (" (to version " ~ restored ~ ")" if restored is not none else "") -%}
+    {{ log(r.version ~ " | " ~ r.timestamp ~ " | " ~ operation ~ " | " ~ r.rows_inserted ~ " | " ~ r.rows_updated ~ " | " ~ r.rows_deleted ~ " | " ~ r.files_added ~ " | " ~ r.files_removed, info=True) }}
   {%- endfor -%}
   {{ return(rows) }}
 {% endmacro %}
@@ -99,6 +102,8 @@
     {%- for path in done.files -%}
       {{ log("  " ~ path, info=True) }}
     {%- endfor -%}
+    {{ log("  bytes: " ~ done.bytes_deleted ~ " of retained files, " ~ done.journal_bytes ~ " of journal files, "
+           ~ done.feed_bytes ~ " of change-feed files", info=True) }}
   {%- endif -%}
   {{ return('') }}
 {% endmacro %}

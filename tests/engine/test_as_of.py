@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from dbt.adapters.rowmerge.merge import JournalError, MergeSpecError, as_of, faults, optimize
+from dbt.adapters.rowmerge.merge import JournalError, MergeSpecError, as_of, faults, optimize, restore
 from tests.engine.helpers import UPSERT, create_table, merge, rows, source_view, table_dir
 
 DELETE_MISSING = UPSERT + [{"when": "not_matched_by_source", "action": "delete", "condition": "t.id < 3"}]
@@ -157,3 +157,58 @@ def test_while_the_newest_version_is_not_applied_older_ones_still_read(spark, db
     for v, expected in enumerate(saved):
         assert _sorted(as_of(spark, t, version=v)) == expected
     assert _sorted(as_of(spark, t, version=2)) == [(1, "x"), (2, "y")]
+
+
+# Partition values whose folder names Spark escapes (day=2026-01-01 10%3A00) and whose
+# `_metadata.file_path` URL-encodes them once more: the files are read by the folder's own path.
+ESCAPED = ("2026-01-01 10:00", "a b/c%d")
+
+
+def test_partition_values_the_folders_escape_read_back_and_restore(spark, db):
+    t = f"{db}.p"
+    batches = [[(1, "a", h), (2, "b", h)] for h in ESCAPED]
+    create_table(spark, t, "id long, v string, hour string", batches, partition_by=["hour"])
+    saved = [rows(spark, t)]
+    src = source_view(
+        spark, f"{db}_e1", "id long, v string, hour string", [(1, "x", ESCAPED[0]), (3, "n", ESCAPED[1])]
+    )
+    merge(spark, t, src, UPSERT, on="t.id = s.id AND t.hour = s.hour", retain_versions=5, auto_compact=False)
+    saved.append(rows(spark, t))
+    assert saved[1] != saved[0]
+    for v, expected in enumerate(saved):
+        assert _sorted(as_of(spark, t, version=v)) == expected, v
+    assert restore(spark, t, version=0).version == 2
+    assert rows(spark, t) == saved[0]
+    assert _sorted(as_of(spark, t, version=1)) == saved[1]
+
+
+def test_a_table_whose_location_has_a_space(spark, db, tmp_path):
+    t = f"{db}.spaced"
+    spark.sql(f"CREATE TABLE {t} (id long, v string) USING parquet LOCATION '{tmp_path}/with space/t'")
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    saved = [rows(spark, t)]
+    src = source_view(spark, f"{db}_s1", "id long, v string", [(1, "x")])
+    merge(spark, t, src, UPSERT, retain_versions=5)
+    saved.append(rows(spark, t))
+    assert [_sorted(as_of(spark, t, version=v)) for v in (0, 1)] == saved
+    restore(spark, t, version=0)
+    assert rows(spark, t) == saved[0]
+
+
+def test_a_missing_table_is_named_by_the_operation_not_as_a_merge_target(spark, db):
+    from dbt.adapters.rowmerge.merge import UnsupportedTableError, recover, vacuum
+
+    missing = f"{db}.nope"
+    calls = {
+        "AS OF read of table": lambda: as_of(spark, missing, version=0),
+        "RESTORE table": lambda: restore(spark, missing, version=0),
+        "VACUUM table": lambda: vacuum(spark, missing),
+        "OPTIMIZE table": lambda: optimize(spark, missing),
+        "RECOVER table": lambda: recover(spark, missing),
+    }
+    for role, call in calls.items():
+        with pytest.raises(UnsupportedTableError) as info:
+            call()
+        said = str(info.value)
+        assert said.startswith(f"{role} {missing} does not exist or cannot be read: "), said
+        assert said.endswith("Check the table's name.") and "MERGE" not in said, said

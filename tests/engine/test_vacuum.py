@@ -265,9 +265,13 @@ def test_vacuum_folds_old_entries_into_a_base_the_journal_starts_from(spark, db)
 
     t, saved = _table_with_history(spark, db, 6, retain_versions=2)
     stats = table_stats(spark, t)
+    log = os.path.join(table_dir(spark, t), LOG)
+    up_to_4 = [n for n in os.listdir(log) if n[:20].isdigit() and int(n[:20]) <= 4]
+    folded_bytes = sum(os.path.getsize(os.path.join(log, n)) for n in up_to_4)
     done = vacuum(spark, t)
     # versions 4 to 6 stay readable: 0-4 become the base of version 4
     assert (done.version, done.oldest_readable, done.folded, done.expired) == (7, 4, 5, ())
+    assert done.journal_bytes == folded_bytes > 0
     log = sorted(os.listdir(os.path.join(table_dir(spark, t), LOG)))
     assert [n for n in log if n.endswith(".json")] == [
         f"{4:020d}.base.json",
@@ -296,6 +300,27 @@ def test_vacuum_folds_old_entries_into_a_base_the_journal_starts_from(spark, db)
     assert _read(spark, t, 8) == sorted([r for r in saved[6] if r[0] != 1] + [(1, "n8"), (108, "new")])
     assert not os.path.exists(os.path.join(table_dir(spark, t), LOG, f"{4:020d}.base.json"))
 
+
+
+def test_vacuums_alone_do_not_move_retention_on(spark, db):
+    """A vacuum changes no row and no file: run again and again on a table that no longer
+    merges, it commits nothing more and every version retention keeps stays readable (were its
+    own versions counted, each vacuum would fold and delete one more real version)."""
+    t, saved = _table_with_history(spark, db, 6, retain_versions=2)
+    assert (vacuum(spark, t).version, vacuum(spark, t).version) == (7, None)
+    for _ in range(2):
+        again = vacuum(spark, t)
+        assert (again.version, again.oldest_readable, again.folded, again.expired) == (None, 4, 0, ())
+        assert "nothing past retention to delete" in again.summary()
+    assert history(spark, t)[0]["version"] == 7
+    for v in (4, 5, 6):
+        assert _read(spark, t, v) == saved[v]
+    # a merge moves it on by one version, as every version that changes the table does
+    src = source_view(spark, f"{db}_after", "id long, v string", [(1, "late")])
+    assert merge(spark, t, src, UPSERT, auto_compact=False).version == 8
+    assert (vacuum(spark, t).version, vacuum(spark, t).version) == (9, None)
+    assert vacuum(spark, t).oldest_readable == 6
+    assert _read(spark, t, 6) == saved[6]
 
 def _vacuum_stopped_after_its_base(spark, t: str, monkeypatch, **arguments) -> None:
     """A vacuum of ``t`` that crashes once its base is written, before its entry commits it."""
@@ -378,8 +403,16 @@ def test_vacuum_drops_change_feed_versions_past_change_feed_retain_versions(spar
     assert [p.split(":", 1)[-1].removeprefix("//") for p in dry.files if "_commit_version=" in p] == [
         os.path.join(changes, f"_commit_version={k}") for k in (1, 2, 3)
     ]
+    dropped_bytes = sum(
+        os.path.getsize(os.path.join(folder, n))
+        for k in (1, 2, 3)
+        for folder, _, names in os.walk(os.path.join(changes, f"_commit_version={k}"))
+        for n in names
+        if not n.startswith((".", "_"))
+    )
+    assert dry.feed_bytes == dropped_bytes > 0
     done = vacuum(spark, t, change_feed_retain_versions=2)
-    assert (done.version, done.feed_dropped) == (6, 3)
+    assert (done.version, done.feed_dropped, done.feed_bytes) == (6, 3, dropped_bytes)
     assert "3 change-feed version(s)" in done.summary()
     assert _feed_versions(spark, t) == [4, 5]
     assert sorted(n for n in os.listdir(changes) if n.startswith("_commit")) == [
@@ -391,6 +424,9 @@ def test_vacuum_drops_change_feed_versions_past_change_feed_retain_versions(spar
     with pytest.raises(ValueError, match="no longer holds versions before 4: a vacuum dropped them"):
         changes_range(spark, t, start_version=2)
     assert changes_range(spark, t, start_version=4).start == 4
+    # a consumer that has read everything (README's, in its quiet branch) reads from the next
+    # version: nothing dropped is in that range
+    assert changes_range(spark, t, start_version=7).start == 7
     # later merges feed on; a fold keeps what was dropped on record
     src = source_view(spark, f"{db}_f7", "id long, v string", [(2, "seven")])
     merge(spark, t, src, UPSERT, auto_compact=False, change_data_feed={"table": f"{t}__changes"})

@@ -49,6 +49,10 @@ class TestRestoreOperation:
             output,
         ), output
         assert rows(project, "orders") == [(1, "a"), (2, "b")]
+        # history says which version a RESTORE brought back
+        history_args = ["run-operation", "rowmerge_history", "--args", f"{{relation: {relation}}}"]
+        _, logged = run_dbt_and_capture(history_args)
+        assert re.search(r"\b3 \| [^|]+ \| RESTORE \(to version 0\) \| ", logged), logged
         # read unfiltered: the metastore cannot take a filter on _commit_version (see
         # test_change_feed_and_history.py)
         feed = project.run_sql(
@@ -143,6 +147,8 @@ class TestVacuumOperation:
             dry,
         ), dry
         assert "_rowmerge_log/retained/00000000000000000001/" in dry
+        sizes = r"bytes: [1-9]\d* of retained files, [1-9]\d* of journal files, 0 of change-feed files"
+        assert re.search(sizes, dry), dry
         # unforced, the files of versions current within the hour are refused
         _, refused = run_dbt_and_capture(
             ["run-operation", "rowmerge_vacuum", "--args", f"{{relation: {relation}, retain_versions: 1}}"],

@@ -50,7 +50,7 @@ def as_of(
     if problems:
         raise MergeSpecError(problems)
     with lean_columns(), storage_errors(f"Reading {table} as of a version"):
-        locate_or_finish(spark, table)
+        locate_or_finish(spark, table, "AS OF read of table")
         target = load_target(spark, table)
         journal = open_journal(spark, target.location)
         journal.check_placement(table)
@@ -121,22 +121,26 @@ def read_files(
 ) -> DataFrame:
     """Read ``files`` (each file as a version had it, and where it is now) with the table's
     columns; partition values come from the folders below each file's base (the table, or a
-    version's ``retained/`` folder)."""
+    version's ``retained/`` folder).
+
+    Paths go to the reader as the storage names them: a Hadoop ``Path`` made from one finds the
+    file. The URL-encoded form (``to_spark_path``, what ``_metadata.file_path`` reports) is for
+    comparing with that column, never for reading: a partition value with a space or a ':'
+    would be encoded twice and not found."""
     if not files:
         return spark.createDataFrame([], target.schema)
-    storage = journal.storage
     if not target.partition_columns:
-        paths = [storage.to_spark_path(where) for _, where in files]
+        paths = [where for _, where in files]
         return spark.read.format(target.file_format).schema(target.schema).load(paths)
     by_base: dict[str, list[str]] = defaultdict(list)
     for f, where in files:
         rel = inside(f.path, journal.location)
         base = where[: -len(rel) - 1] if rel and where.endswith("/" + rel) else journal.location
-        by_base[base].append(storage.to_spark_path(where))
+        by_base[base].append(where)
     frames = []
     for base, paths in sorted(by_base.items()):
         reader = spark.read.format(target.file_format).schema(target.schema)
-        frames.append(reader.option("basePath", storage.to_spark_path(base)).load(paths))
+        frames.append(reader.option("basePath", base).load(paths))
     out = frames[0]
     for frame in frames[1:]:
         out = out.unionByName(frame)

@@ -29,7 +29,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from . import faults
 from .as_of import read_files, version_arguments
@@ -111,7 +111,7 @@ def restore(
     from .run import locate_or_finish, open_journal, recover_locked, storage_errors, table_lock
 
     with lean_columns(), storage_errors(f"RESTORE of {table}"):
-        journal = open_journal(spark, locate_or_finish(spark, table))
+        journal = open_journal(spark, locate_or_finish(spark, table, "RESTORE table"))
         journal.check_placement(table)
         if dry_run:
             target = load_target(spark, table)
@@ -285,13 +285,27 @@ def _feed_table(entries: Sequence[Entry], journal: Journal) -> str | None:
 def _changes(leaving: DataFrame, returning: DataFrame, schema: StructType, keys: Sequence[str]) -> DataFrame:
     """The change rows of the restore, with ``_change_type``: rows only the leaving files
     hold (delete), rows only the returning ones hold (insert); paired into updates by
-    ``keys`` where each side has exactly one row of a key. A table with a map column cannot
-    be compared row by row (Spark has no set operations on maps): every leaving row is a
-    delete and every returning row an insert, which still ends with the restored table."""
+    ``keys`` where each side has exactly one row of a key.
+
+    Spark has no set operations on maps: a map column is compared as its entries sorted by key
+    (``map_entries``, an array Spark can compare) and turned back into a map for the change
+    rows. A table with a map nested in a struct or an array cannot be compared row by row:
+    every leaving row is a delete and every returning row an insert (never paired, or an
+    unchanged row would be an update), which still ends with the restored table."""
+    if any(_holds_map(f.dataType) and not _top_map(f.dataType) for f in schema.fields):
+        cols = [F.col(q(f.name)) for f in schema.fields]
+        return leaving.select(*cols, F.lit(DELETE).alias(CHANGE_TYPE)).unionByName(
+            returning.select(*cols, F.lit(INSERT).alias(CHANGE_TYPE))
+        )
     cols = [F.col(q(f.name)) for f in schema.fields]
-    comparable = not any(isinstance(f.dataType, MapType) for f in schema.fields)
-    gone = leaving.select(*cols).exceptAll(returning.select(*cols)) if comparable else leaving.select(*cols)
-    new = returning.select(*cols).exceptAll(leaving.select(*cols)) if comparable else returning.select(*cols)
+    as_entries, back = [], []
+    for f in schema.fields:
+        c = F.col(q(f.name))
+        mapped = _top_map(f.dataType)
+        as_entries.append(F.array_sort(F.map_entries(c)).alias(f.name) if mapped else c)
+        back.append(F.map_from_entries(c).alias(f.name) if mapped else c)
+    gone = leaving.select(*as_entries).exceptAll(returning.select(*as_entries)).select(*back)
+    new = returning.select(*as_entries).exceptAll(leaving.select(*as_entries)).select(*back)
     if not keys:
         return gone.withColumn(CHANGE_TYPE, F.lit(DELETE)).unionByName(
             new.withColumn(CHANGE_TYPE, F.lit(INSERT))
@@ -309,6 +323,21 @@ def _changes(leaving: DataFrame, returning: DataFrame, schema: StructType, keys:
     return typed(gone, DELETE, PREIMAGE).unionByName(typed(new, INSERT, POSTIMAGE))
 
 
+def _holds_map(dt: DataType) -> bool:
+    if isinstance(dt, MapType):
+        return True
+    if isinstance(dt, ArrayType):
+        return _holds_map(dt.elementType)
+    if isinstance(dt, StructType):
+        return any(_holds_map(f.dataType) for f in dt.fields)
+    return False
+
+
+def _top_map(dt: DataType) -> bool:
+    """A map whose keys and values hold no map: compared as its sorted entries."""
+    return isinstance(dt, MapType) and not _holds_map(dt.keyType) and not _holds_map(dt.valueType)
+
+
 def _counts(changes: DataFrame) -> tuple[int, int, int]:
     """(deleted, inserted, updated) rows of the change rows."""
     by = {r[0]: r[1] for r in changes.groupBy(CHANGE_TYPE).count().collect()}
@@ -319,5 +348,5 @@ def _counts_of_feed(spark: SparkSession, feed: Sequence[Any], journal: Journal) 
     """The counts from the staged change rows (what the feed will hold), read back once."""
     if not feed:
         return 0, 0, 0
-    paths = [journal.storage.to_spark_path(f.path) for f in feed]
+    paths = [f.path for f in feed]  # as the storage names them (see as_of.read_files)
     return _counts(spark.read.parquet(*paths))

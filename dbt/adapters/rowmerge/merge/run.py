@@ -95,6 +95,7 @@ from .spec import DEFAULT_LOCK_TIMEOUT_S, MergeSpec, parse_spec
 from .sqltext import parse_name, same_table, shorten
 from .storage import FileInfo, Storage, storage_for
 from .table import (
+    MERGE_ROLE,
     TargetTable,
     alter_add_columns,
     catalog_columns,
@@ -123,12 +124,12 @@ def open_journal(spark: SparkSession, location: str) -> Journal:
     return journal
 
 
-def locate_or_finish(spark: SparkSession, name: str) -> str:
-    """The location of the table ``name`` (locate_target); if it is missing, first finish a
-    full refresh that stopped between dropping it and registering it again (reshape.py), or
-    say that one is running right now (ConcurrentMergeError)."""
+def locate_or_finish(spark: SparkSession, name: str, role: str = MERGE_ROLE) -> str:
+    """The location of the table ``name`` (locate_target; its errors name it by ``role``); if
+    it is missing, first finish a full refresh that stopped between dropping it and registering
+    it again (reshape.py), or say that one is running right now (ConcurrentMergeError)."""
     try:
-        return locate_target(spark, name)
+        return locate_target(spark, name, role)
     except UnsupportedTableError as exc:
         try:
             sql_name(name)
@@ -136,7 +137,7 @@ def locate_or_finish(spark: SparkSession, name: str) -> str:
             raise exc from None
         if not finish_refresh(spark, name):
             raise exc from None
-    return locate_target(spark, name)
+    return locate_target(spark, name, role)
 
 
 def table_lock(journal: Journal, table: str, operation: str, timeout_s: float) -> TableLock:
@@ -732,7 +733,7 @@ def _raise_cast_error(exc: Exception, target: TargetTable, spec: MergeSpec) -> N
 
 def recover(spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Recovery:
     """Finish or roll back an interrupted merge of ``table_name`` (waits for a running merge)."""
-    journal = open_journal(spark, locate_or_finish(spark, table_name))
+    journal = open_journal(spark, locate_or_finish(spark, table_name, "RECOVER table"))
     with table_lock(journal, table_name, "RECOVER", lock_timeout_s) as lock:
         return recover_locked(spark, journal, lock, load_target(spark, table_name))
 

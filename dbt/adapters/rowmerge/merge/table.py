@@ -337,6 +337,9 @@ def catalog_columns(spark: SparkSession, target: TargetTable) -> tuple[str, ...]
     return describe_table(spark, target.ident).columns
 
 
+MERGE_ROLE = "MERGE target"
+
+
 def load_target(spark: SparkSession, name: str) -> TargetTable:
     """Describe ``name``; raise UnsupportedTableError with the fix if it cannot be merged into."""
     ident, described, file_format = _checked(spark, name)
@@ -356,33 +359,38 @@ def load_target(spark: SparkSession, name: str) -> TargetTable:
     )
 
 
-def locate_target(spark: SparkSession, name: str) -> str:
+def locate_target(spark: SparkSession, name: str, role: str = MERGE_ROLE) -> str:
     """The location of the table ``name``, checked as :func:`load_target` checks the table,
     without reading its schema: what a writer needs before it takes the table's lock (under
     the lock it loads the table, which a writer it waited for may have changed). Reading the
     schema refreshes the session's relation, which resolves the table again (for an
-    unpartitioned table, a listing of its files)."""
-    return _checked(spark, name)[1].location.rstrip("/")
+    unpartitioned table, a listing of its files). ``role``: what the table is to the operation,
+    as its errors name it ("MERGE target", "RESTORE table", ...)."""
+    return _checked(spark, name, role)[1].location.rstrip("/")
 
 
-def _checked(spark: SparkSession, name: str) -> tuple[str, Description, str]:
+def _checked(spark: SparkSession, name: str, role: str = MERGE_ROLE) -> tuple[str, Description, str]:
     """(SQL name, description, file format) of ``name``, or UnsupportedTableError with the fix
-    if it cannot be merged into."""
+    if it cannot be merged into (each message names the table by ``role``)."""
     try:
         ident = sql_name(name)
     except ValueError as exc:
-        raise UnsupportedTableError(f"MERGE target {name!r} is not a valid table name: {exc}.") from None
+        raise UnsupportedTableError(f"{role} {name!r} is not a valid table name: {exc}.") from None
     try:
         described = describe_table(spark, ident)
     except AnalysisException as exc:
         raise UnsupportedTableError(
-            f"MERGE target {name} does not exist or cannot be read: {spark_reason(exc)}. Create it first "
-            "(dbt does this on the first run) or check the `target` name."
+            f"{role} {name} does not exist or cannot be read: {spark_reason(exc)}. "
+            + (
+                "Create it first (dbt does this on the first run) or check the `target` name."
+                if role == MERGE_ROLE
+                else "Check the table's name."
+            )
         ) from None
     table_type = described.table_type
     if table_type == "VIEW":
         raise UnsupportedTableError(
-            f"MERGE target {name} is a view; row_level_merge rewrites table files. "
+            f"{role} {name} is a view; row_level_merge rewrites table files. "
             "Materialize the model as an incremental table."
         )
     provider, serde = described.provider, described.serde
@@ -395,24 +403,24 @@ def _checked(spark: SparkSession, name: str) -> tuple[str, Description, str]:
             # was analyzed on its own (converted to a file relation); a Connect plan is
             # analyzed in one pass, so the merge could not find the files its rows come from.
             raise UnsupportedTableError(
-                f"MERGE target {name} is a Hive-serde table (STORED AS {file_format.upper()}); "
+                f"{role} {name} is a Hive-serde table (STORED AS {file_format.upper()}); "
                 "through Spark Connect row_level_merge needs a data-source table. Recreate it "
                 f"with USING {file_format} (dbt-spark's file_format='{file_format}' does; "
                 "`dbt run --full-refresh` rebuilds the model), or merge in session mode."
             )
     elif provider in LAKEHOUSE_FORMATS:
         raise UnsupportedTableError(
-            f"MERGE target {name} is a {provider} table; use dbt-spark's own "
+            f"{role} {name} is a {provider} table; use dbt-spark's own "
             "incremental_strategy='merge' for it. row_level_merge is for plain Parquet/ORC tables."
         )
     else:
         raise UnsupportedTableError(
-            f"MERGE target {name} has format {provider or 'unknown'!r} "
+            f"{role} {name} has format {provider or 'unknown'!r} "
             f"(serde {serde or 'none'}); row_level_merge supports only Parquet and ORC tables "
             "(file_format='parquet' or 'orc')."
         )
     if not described.location:
-        raise UnsupportedTableError(f"MERGE target {name} has no Location in the catalog.")
+        raise UnsupportedTableError(f"{role} {name} has no Location in the catalog.")
     return ident, described, file_format
 
 

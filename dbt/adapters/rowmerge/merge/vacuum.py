@@ -61,6 +61,8 @@ class VacuumResult:
     files: tuple[str, ...] = ()
     metrics: dict[str, Any] = field(default_factory=dict)
     refused: str | None = None  # a dry run: why the vacuum itself would be refused without force
+    journal_bytes: int = 0  # of the journal's files the base stands for (deleted once it commits)
+    feed_bytes: int = 0  # of the change-feed versions dropped
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,8 @@ class VacuumResult:
             "dry_run": self.dry_run,
             "files": list(self.files),
             "refused": self.refused,
+            "journal_bytes": self.journal_bytes,
+            "feed_bytes": self.feed_bytes,
         }
 
     def summary(self) -> str:
@@ -127,7 +131,7 @@ def vacuum(
     from .run import locate_or_finish, open_journal, recover_locked, storage_errors, table_lock
 
     with lean_columns(), storage_errors(f"VACUUM of {table}"):
-        journal = open_journal(spark, locate_or_finish(spark, table))
+        journal = open_journal(spark, locate_or_finish(spark, table, f"{OPERATION} table"))
         journal.check_placement(table)
         if dry_run:
             target = load_target(spark, table)
@@ -170,10 +174,15 @@ def _vacuum(
     stored = newest.retention
     policy = upkeep.retention(stored) or DEFAULT_RETENTION
     now = journal.commit_time(versions, newest)
-    oldest = keep_from(policy, entries, now)
+    # Retention counts back from the newest version that is not a vacuum's own: a vacuum
+    # changes no row and no file, and counting it would make every vacuum push the window on
+    # by one, so that vacuums alone, run again and again, would fold and delete every earlier
+    # version of a table that no longer merges.
+    since = _since_last_change(entries)
+    oldest = keep_from(policy, since, now)
     expired = tuple(k for k in journal.retained_versions() if k <= oldest)
     fold = oldest if oldest > entries[0].version else None
-    feed, feed_from = _feed_expiry(spark, journal, entries, policy)
+    feed, feed_from = _feed_expiry(spark, journal, since, policy)
     if not expired and fold is None and feed is None:
         return VacuumResult(target.name, None, (), 0, 0, oldest, dry_run=lock is None)
     refused = (
@@ -187,6 +196,12 @@ def _vacuum(
     kept = {k: journal.storage.list_data_files(journal.retained_dir(k)) for k in expired}
     files = sum(len(found) for found in kept.values())
     size = sum(f.size for found in kept.values() for f in found)
+    # what else goes: the journal's files the base stands for, the feed's version folders
+    doomed = journal.folded_by(fold) if fold is not None else {}
+    journal_files = [f"{journal.log_dir}/{n}" for names in doomed.values() for n in sorted(names)]
+    journal_bytes = sum(found.size for found in map(journal.storage.status, journal_files) if found)
+    feed_folders = [f"{feed.location}/{COMMIT_VERSION}={k}" for k in feed.versions] if feed else []
+    feed_bytes = sum(f.size for folder in feed_folders for f in journal.storage.list_data_files(folder))
     # the entries the base stands for from now on (the base before it is not one)
     folded = sum(
         1 for e in entries if fold is not None and e.version <= fold and e.operation != BASE_OPERATION
@@ -194,15 +209,11 @@ def _vacuum(
     if lock is None:
         # every path it would delete: retained files, then the journal's files the base
         # would stand for, then the change table's version folders
-        paths = tuple(f.path for k in expired for f in kept[k])
-        if fold is not None:
-            doomed = journal.folded_by(fold)
-            paths += tuple(f"{journal.log_dir}/{n}" for names in doomed.values() for n in sorted(names))
-        if feed is not None:
-            paths += tuple(f"{feed.location}/{COMMIT_VERSION}={k}" for k in feed.versions)
+        paths = (*(f.path for k in expired for f in kept[k]), *journal_files, *feed_folders)
         return VacuumResult(
-            target.name, None, expired, files, size, oldest, True, folded, dropped, paths, refused=refused
-        )
+            target.name, None, expired, files, size, oldest, True, folded, dropped, paths,
+            refused=refused, journal_bytes=journal_bytes, feed_bytes=feed_bytes,
+        )  # fmt: skip
     number = journal.next_version(versions, target.name)
     base = None
     if fold is not None:
@@ -240,10 +251,17 @@ def _vacuum(
     except Exception as exc:
         raise MergeCommittedError(target.name, number, exc) from exc
     done = VacuumResult(
-        target.name, number, expired, files, size, oldest, False, folded, dropped, (), metrics
-    )
+        target.name, number, expired, files, size, oldest, False, folded, dropped, (), metrics,
+        journal_bytes=journal_bytes, feed_bytes=feed_bytes,
+    )  # fmt: skip
     logger.info("rowmerge: %s", done.summary())
     return done
+
+
+def _since_last_change(entries: Sequence[Entry]) -> Sequence[Entry]:
+    """``entries`` up to the newest one that is not a VACUUM (all of them if there is none)."""
+    last = max((i for i, e in enumerate(entries) if e.operation != OPERATION), default=len(entries) - 1)
+    return entries[: last + 1]
 
 
 def _feed_expiry(

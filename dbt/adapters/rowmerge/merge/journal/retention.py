@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-# The newest 24 versions stay readable and restorable: a day of an hourly model, weeks of a
+# The newest 24 versions stay readable and restorable: about a day of an hourly model, weeks of a
 # daily one — enough to undo a bad run found the next morning. Counted in versions, not hours,
 # so the space it costs is bounded by what 24 versions replace (at worst, a model whose every
 # run rewrites the whole table, 24 copies of it) however often the model runs; hours would make
