@@ -212,3 +212,25 @@ def test_a_missing_table_is_named_by_the_operation_not_as_a_merge_target(spark, 
         said = str(info.value)
         assert said.startswith(f"{role} {missing} does not exist or cannot be read: "), said
         assert said.endswith("Check the table's name.") and "MERGE" not in said, said
+
+
+def test_a_retained_file_deleted_by_hand_is_named_not_a_spark_error(spark, db):
+    import glob
+
+    from tests.engine.helpers import folder_digest
+
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a")], [(2, "b")]])
+    src = source_view(spark, f"{db}_h1", "id long, v string", [(1, "x")])
+    merge(spark, t, src, UPSERT, retain_versions=5, auto_compact=False)
+    retained = glob.glob(os.path.join(table_dir(spark, t), "_rowmerge_log", "retained", "*", "*.parquet"))
+    assert len(retained) == 1
+    os.remove(retained[0])
+    before = folder_digest(table_dir(spark, t))
+    for call in (lambda: as_of(spark, t, version=0), lambda: restore(spark, t, version=0)):
+        with pytest.raises(JournalError) as info:
+            call()
+        said = str(info.value)
+        assert said.startswith(f"Version 0 of {t} cannot be read: its file part-") and "is not there" in said
+    assert folder_digest(table_dir(spark, t)) == before
+    assert _sorted(as_of(spark, t, version=1)) == [(1, "x"), (2, "b")]

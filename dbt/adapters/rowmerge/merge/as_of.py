@@ -22,7 +22,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from .errors import MergeSpecError
+from .errors import JournalError, MergeSpecError
 from .feed_range import parse_timestamp
 from .journal import FileEntry, Journal, Snapshot
 from .journal.layout import inside
@@ -86,7 +86,26 @@ def read_version(
     logger.info(
         "rowmerge: %s as of version %d: %d file(s)", target.name, snapshot.version, len(snapshot.files)
     )
+    check_retained_present(journal, target, snapshot.version, snapshot.files)
     return read_files(spark, journal, target, snapshot.files)
+
+
+def check_retained_present(
+    journal: Journal, target: TargetTable, version: int, files: Sequence[tuple[FileEntry, str]]
+) -> None:
+    """JournalError naming the first file of ``version`` that its retained folder should hold
+    and does not (deleted by hand, or by a tool that does not know the journal): a read of it
+    would fail later inside Spark, with no word of which version or why. Only retained files
+    are looked at: one filesystem call each, none for the table's current files."""
+    for f, where in files:
+        if where != f.path and not journal.storage.exists(where):
+            raise JournalError(
+                f"Version {version} of {target.name} cannot be read: its file "
+                f"{inside(f.path, journal.location)} should be kept at {where}, and is not there "
+                "(deleted by hand, or by a tool that does "
+                "not know the journal). Versions whose retained files are all there can still be read; "
+                "nothing was changed."
+            )
 
 
 def version_arguments(version: Any, timestamp: Any, problems: list[str]) -> datetime | None:

@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from . import faults
-from .as_of import read_files, version_arguments
+from .as_of import check_retained_present, read_files, version_arguments
 from .cdf import CHANGE_TYPE, feed_schema, prepare_feed_table, write_feed_rows
 from .errors import MergeCommittedError, MergeSpecError, UnsupportedTableError
 from .journal import Entry, Journal
@@ -170,6 +170,7 @@ def _restore(
     if not back and not out:
         return RestoreResult(target.name, None, version, 0, 0, 0, 0, 0, change_table, lock is None)
 
+    check_retained_present(journal, target, version, back)
     leaving = read_files(spark, journal, target, [(f, f.path) for f in out])
     returning = read_files(spark, journal, target, back)
     changes = _changes(leaving, returning, target.schema, key_columns)
