@@ -11,6 +11,7 @@ import time
 from datetime import date, datetime, timedelta
 
 import pytest
+from pyspark.sql import functions as F
 
 from dbt.adapters.rowmerge.merge import (
     MergeSpecError,
@@ -85,6 +86,7 @@ def test_a_clustered_table_is_not_clustered_again(spark, db):
         "stamps": ("parquet", "ts timestamp, v string", ["ts"], lambda i: (start + timedelta(0, i), "v")),
         "pairs": ("parquet", "g long, id long, v string", ["g", "id"], lambda i: (i % 3, i, "v")),
     }
+    sizes = {}
     for name, (fmt, schema, key, row) in cases.items():
         t = f"{db}.{name}"
         files = [[row(i * INTERLEAVED + k) for i in range(400)] for k in range(INTERLEAVED)]
@@ -100,6 +102,26 @@ def test_a_clustered_table_is_not_clustered_again(spark, db):
         assert [c.version for c in calls][1:] == [None, None], (name, calls)
         assert all(c.files_removed < first.files_added for c in calls), (name, calls)
         assert rows(spark, t) == expected, name
+        # every file holds a key range of its own (packing took neighbours only)
+        spans = _key_spans(spark, t, key)
+        assert len(spans) > 1, (name, spans)
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False)), (name, spans)
+        sizes[name] = mb
+    # a file whose keys fall among theirs puts a table out of key order again
+    spark.sql(f"INSERT INTO {db}.orc_ids VALUES (5, 'late'), (3001, 'late')")
+    again = optimize(spark, f"{db}.orc_ids", target_file_size_mb=sizes["orc_ids"])
+    assert again.version is not None and again.files_removed > 2, again
+    spans = _key_spans(spark, f"{db}.orc_ids", ["id"])
+    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
+
+
+def _key_spans(spark, t: str, key: list[str]) -> list[tuple]:
+    """Each file's least and greatest ``key``, in key order."""
+    spark.catalog.refreshTable(t)
+    k = F.struct(*key)
+    per_file = spark.table(t).groupBy("_metadata.file_path").agg(F.min(k).alias("lo"), F.max(k).alias("hi"))
+    return sorted((tuple(r.lo), tuple(r.hi)) for r in per_file.collect())
+
 
 def test_before_optimize_the_same_upsert_reads_every_file(spark, db):
     """The other half of the claim above: interleaved keys defeat file skipping."""

@@ -415,9 +415,13 @@ def test_upkeep_tiers_that_could_never_merge_are_refused() -> None:
     assert problems_of(spec(auto_compact_min_files=10, auto_compact_max_files=4)) == [
         "`auto_compact_min_files` (10) must not exceed `auto_compact_max_files` (4): a size tier merges "
         "`auto_compact_min_files` files at once, and a merge compacts at most `auto_compact_max_files`, "
-        "so nothing would ever be compacted"
+        "so no size tier would ever be compacted"
     ]
     assert problems_of(spec(auto_compact_min_files=100))[0].startswith("`auto_compact_min_files` (100)")
+    # a bad value of the other key is named alone, not compared as its default
+    assert problems_of(spec(auto_compact_min_files=100, auto_compact_max_files="x")) == [
+        "`auto_compact_max_files` must be a whole number >= 2, got 'x'"
+    ]
     assert parse_spec(spec(auto_compact_min_files=4, auto_compact_max_files=4)).upkeep.min_files == 4
 
 

@@ -256,6 +256,8 @@ def bin_packed(
             out.append(Group(partition, ordered, max(1, math.ceil(size / target_bytes))))
             continue
         small = sorted((f for f in found if f.size < full), key=lambda f: (f.order, f.path))
+        if cluster and partition not in in_order:
+            small = _in_key_order(small)
         bin_: list[DataFile] = []
         for f in small:
             if bin_ and sum(b.size for b in bin_) + f.size > target_bytes:
@@ -266,6 +268,18 @@ def bin_packed(
         if len(bin_) > 1:
             out.append(Group(partition, tuple(bin_), 1))
     return out
+
+
+def _in_key_order(files: list[DataFile]) -> list[DataFile]:
+    """``files`` by the low end of their key ranges, where the journal knows every one (a
+    partition in key order packs neighbours only, so no packed file spans one left out); else
+    as they came (optimize ranks a partition's files by key itself where it had to read them)."""
+    if any(f.key_range is None or None in f.key_range for f in files):
+        return files
+    try:
+        return sorted(files, key=lambda f: (_low(f), f.path))
+    except TypeError:  # ranges of values that do not compare
+        return files
 
 
 def doubtful(files: Sequence[DataFile], key_columns: int) -> dict[str, list[DataFile]]:

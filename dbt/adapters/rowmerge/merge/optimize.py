@@ -20,6 +20,7 @@ Every step before the entry leaves the table as it was; after it, recovery finis
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -32,6 +33,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     DataType,
+    GeographyType,
+    GeometryType,
     MapType,
     StringType,
     StructField,
@@ -206,7 +209,12 @@ def _optimize(
     files = data_files(journal, target, snapshot, cluster, versions)
     chosen = _partitions(spark, target, {f.partition for f in files}, partition_filter)
     in_scope = [f for f in files if chosen is None or f.partition in chosen]
-    in_order = _in_key_order(spark, journal, target, in_scope, cluster) if cluster else set()
+    in_order: set[str] = set()
+    if cluster:
+        in_order, ranks = _in_key_order(spark, journal, target, in_scope, cluster)
+        # small files of a partition in key order are packed in key order, so that no packed
+        # file spans one left out (which would make the next call cluster it all again)
+        in_scope = [dataclasses.replace(f, order=ranks[f.path]) if f.path in ranks else f for f in in_scope]
     groups = compaction.bin_packed(in_scope, upkeep.target_bytes, cluster=bool(cluster), in_order=in_order)
     counted = compaction.summary(groups)
     before = (len(snapshot), sum(f.size for f in snapshot.values()))
@@ -239,31 +247,42 @@ def _in_key_order(
     target: TargetTable,
     files: Sequence[DataFile],
     cluster: Sequence[str],
-) -> set[str]:
+) -> tuple[set[str], dict[str, int]]:
     """The partitions of :func:`.compaction.doubtful` whose files' ranges of the whole cluster
-    key do not overlap, read from the files in one job (each file's least and greatest key,
-    compared by Spark in the order the rewrite sorts by: ascending, NULL first)."""
+    key do not overlap, and each of their files' place in key order; read from the files in one
+    job (each file's least and greatest key, compared by Spark in the order the rewrite sorts
+    by: ascending, NULL first). A partition with a file the read did not see (no rows, or a
+    path that did not match) counts as out of order: clustering it again is safe, skipping it
+    is not."""
     doubtful = compaction.doubtful(files, len(cluster))
     if not doubtful:
-        return set()
-    partition_of = {journal.storage.to_spark_path(f.path): p for p, found in doubtful.items() for f in found}
+        return set(), {}
+    spark_path = {f.path: journal.storage.to_spark_path(f.path) for found in doubtful.values() for f in found}
+    partition_of = {spark_path[f.path]: p for p, found in doubtful.items() for f in found}
     key = F.struct(*[F.col(q(c)) for c in cluster])
-    per_file = (
+    mapping = F.create_map(*[F.lit(x) for u, p in sorted(partition_of.items()) for x in (u, p)])
+    in_partition = Window.partitionBy("partition").orderBy("low", "file")
+    found = (
         target.read(spark)
         .where(F.col(FILE_PATH).isin(list(partition_of)))
         .groupBy(F.col(FILE_PATH).alias("file"))
         .agg(F.min(key).alias("low"), F.max(key).alias("high"))
+        .withColumn("partition", F.element_at(mapping, F.col("file")))
+        .select(
+            "file",
+            F.row_number().over(in_partition).alias("rank"),
+            F.coalesce(F.lag("high").over(in_partition) >= F.col("low"), F.lit(False)).alias("overlaps"),
+        )
+        .collect()
     )
-    mapping = F.create_map(*[F.lit(x) for u, p in sorted(partition_of.items()) for x in (u, p)])
-    in_partition = Window.partitionBy(F.element_at(mapping, F.col("file"))).orderBy("low")
-    overlapping = (
-        per_file.withColumn("partition", F.element_at(mapping, F.col("file")))
-        .withColumn("before", F.lag("high").over(in_partition))
-        .where(F.col("before") >= F.col("low"))
-        .select("partition")
-        .distinct()
-    )
-    return set(doubtful) - {r[0] for r in overlapping.collect()}
+    seen = {r["file"]: r for r in found}
+    in_order = {
+        p
+        for p, fs in doubtful.items()
+        if all(spark_path[f.path] in seen and not seen[spark_path[f.path]]["overlaps"] for f in fs)
+    }
+    ranks = {f.path: int(seen[spark_path[f.path]]["rank"]) for p in in_order for f in doubtful[p]}
+    return in_order, ranks
 
 
 def _sortable(target: TargetTable, columns: Sequence[str]) -> tuple[str, ...]:
@@ -302,15 +321,15 @@ def clustering_columns(target: TargetTable, columns: Sequence[str]) -> tuple[str
 
 
 def orderable(dt: DataType) -> bool:
-    """Whether Spark can sort rows by a column of type ``dt`` (as its RowOrdering.isOrderable
-    says): not a map or a variant, nor an array or struct holding one."""
+    """Whether Spark can sort rows by a column of type ``dt`` (as its OrderUtils.isOrderable
+    says): not a map, a variant or a geometry/geography, nor an array or struct holding one."""
     if isinstance(dt, ArrayType):
         return orderable(dt.elementType)
     if isinstance(dt, StructType):
         return all(orderable(f.dataType) for f in dt.fields)
     if isinstance(dt, UserDefinedType):
         return orderable(dt.sqlType())
-    return not isinstance(dt, (MapType, VariantType))
+    return not isinstance(dt, (MapType, VariantType, GeometryType, GeographyType))
 
 
 def data_files(

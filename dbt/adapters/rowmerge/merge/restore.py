@@ -38,6 +38,7 @@ from .errors import MergeCommittedError, MergeSpecError, UnsupportedTableError
 from .journal import Entry, Journal
 from .lean_columns import lean_columns
 from .lock import TableLock
+from .optimize import orderable
 from .outputs import DELETE, INSERT, POSTIMAGE, PREIMAGE, q
 from .spec import DEFAULT_LOCK_TIMEOUT_S
 from .table import TargetTable, load_target
@@ -294,6 +295,7 @@ def _changes(leaving: DataFrame, returning: DataFrame, schema: StructType, keys:
     every leaving row is a delete and every returning row an insert (never paired, or an
     unchanged row would be an update), which still ends with the restored table."""
     if any(_holds_map(f.dataType) and not _top_map(f.dataType) for f in schema.fields):
+        # (a map of values that cannot be sorted, a variant say, is compared the same way)
         cols = [F.col(q(f.name)) for f in schema.fields]
         return leaving.select(*cols, F.lit(DELETE).alias(CHANGE_TYPE)).unionByName(
             returning.select(*cols, F.lit(INSERT).alias(CHANGE_TYPE))
@@ -335,8 +337,9 @@ def _holds_map(dt: DataType) -> bool:
 
 
 def _top_map(dt: DataType) -> bool:
-    """A map whose keys and values hold no map: compared as its sorted entries."""
-    return isinstance(dt, MapType) and not _holds_map(dt.keyType) and not _holds_map(dt.valueType)
+    """A map whose keys and values hold no map and can be sorted (array_sort of its entries
+    needs that): compared as its sorted entries."""
+    return isinstance(dt, MapType) and orderable(dt.keyType) and orderable(dt.valueType)
 
 
 def _counts(changes: DataFrame) -> tuple[int, int, int]:

@@ -200,15 +200,16 @@ def parse_upkeep(raw: Mapping[str, Any], problems: list[str]) -> Upkeep:
     ):
         problems.append(f"`retain_hours` must be a number >= 0, got {hours!r}")
         hours = None
+    known = len(problems)
     min_files = int(number("auto_compact_min_files", DEFAULT_COMPACT_MIN_FILES, True, 2))
     max_files = int(number("auto_compact_max_files", DEFAULT_COMPACT_MAX_FILES, True, 2))
-    if min_files > max_files:
-        # A tier merges min_files files at once and a merge compacts at most max_files:
-        # compaction would never run, silently.
+    if min_files > max_files and len(problems) == known:
+        # A tier merges min_files files at once and a merge compacts at most max_files: the
+        # tiers would never merge, silently.
         problems.append(
             f"`auto_compact_min_files` ({min_files}) must not exceed `auto_compact_max_files` "
             f"({max_files}): a size tier merges `auto_compact_min_files` files at once, and a merge "
-            "compacts at most `auto_compact_max_files`, so nothing would ever be compacted"
+            "compacts at most `auto_compact_max_files`, so no size tier would ever be compacted"
         )
     return Upkeep(
         auto_compact=auto,
