@@ -196,7 +196,7 @@ def test_a_table_whose_location_has_a_space(spark, db, tmp_path):
 
 
 def test_a_missing_table_is_named_by_the_operation_not_as_a_merge_target(spark, db):
-    from dbt.adapters.rowmerge.merge import UnsupportedTableError, recover, vacuum
+    from dbt.adapters.rowmerge.merge import UnsupportedTableError, history, recover, vacuum
 
     missing = f"{db}.nope"
     calls = {
@@ -205,6 +205,7 @@ def test_a_missing_table_is_named_by_the_operation_not_as_a_merge_target(spark, 
         "VACUUM table": lambda: vacuum(spark, missing),
         "OPTIMIZE table": lambda: optimize(spark, missing),
         "RECOVER table": lambda: recover(spark, missing),
+        "HISTORY of table": lambda: history(spark, missing),
     }
     for role, call in calls.items():
         with pytest.raises(UnsupportedTableError) as info:

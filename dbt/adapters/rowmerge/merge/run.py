@@ -740,7 +740,7 @@ def recover(spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAUL
 
 def history(spark: SparkSession, table_name: str, limit: int | None = None) -> list[dict[str, Any]]:
     """Committed versions of ``table_name``, newest first."""
-    target = load_target(spark, table_name)
+    target = load_target(spark, table_name, "HISTORY of table")
     return open_journal(spark, target.location).history(limit)
 
 
@@ -772,7 +772,7 @@ def rebind(
     under the old paths no longer apply). Also reassigns each change table the journal wrote
     to that still names the old table. Nothing happens if the journal already names it.
     """
-    target = load_target(spark, table_name)
+    target = load_target(spark, table_name, "REBIND table")
     journal = open_journal(spark, target.location)
     journal.check_placement(target.name)
     with (

@@ -340,9 +340,10 @@ def catalog_columns(spark: SparkSession, target: TargetTable) -> tuple[str, ...]
 MERGE_ROLE = "MERGE target"
 
 
-def load_target(spark: SparkSession, name: str) -> TargetTable:
-    """Describe ``name``; raise UnsupportedTableError with the fix if it cannot be merged into."""
-    ident, described, file_format = _checked(spark, name)
+def load_target(spark: SparkSession, name: str, role: str = MERGE_ROLE) -> TargetTable:
+    """Describe ``name``; raise UnsupportedTableError with the fix if it cannot be merged into
+    (naming it by ``role``, as :func:`locate_target` does)."""
+    ident, described, file_format = _checked(spark, name, role)
     # The session caches a table's relation (with its schema) once read; another session
     # may have added columns since. Read the catalog's schema, not the cached one.
     refresh_table(spark, ident)
