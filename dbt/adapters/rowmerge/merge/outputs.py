@@ -313,14 +313,14 @@ def as_stored(col: Column, fld: StructField, partition_columns: Sequence[str]) -
     return F.when(col == F.lit(""), F.lit(None).cast(fld.dataType)).otherwise(col)
 
 
-def _needs_comparable(dtype: DataType) -> bool:
+def needs_comparable(dtype: DataType) -> bool:
     """Whether ``dtype`` holds a map or a variant (which ``<=>`` refuses) at any depth."""
     if isinstance(dtype, (MapType, VariantType)):
         return True
     if isinstance(dtype, ArrayType):
-        return _needs_comparable(dtype.elementType)
+        return needs_comparable(dtype.elementType)
     if isinstance(dtype, StructType):
-        return any(_needs_comparable(f.dataType) for f in dtype.fields)
+        return any(needs_comparable(f.dataType) for f in dtype.fields)
     return False
 
 
@@ -334,7 +334,7 @@ def comparable(col: Column, dtype: DataType, side: str) -> Column:
     forms always differ, so the update acts (an update too many is only work; a skipped one
     would lose data).
     """
-    if not _needs_comparable(dtype):
+    if not needs_comparable(dtype):
         return col
     if isinstance(dtype, VariantType):
         return _variant_comparable(col, side, VARIANT_LEVELS)

@@ -29,7 +29,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import DataType, MapType, StructType
 
 from . import faults
 from .as_of import check_retained_present, read_files, version_arguments
@@ -39,7 +39,7 @@ from .journal import Entry, Journal
 from .lean_columns import lean_columns
 from .lock import TableLock
 from .optimize import orderable
-from .outputs import DELETE, INSERT, POSTIMAGE, PREIMAGE, q
+from .outputs import DELETE, INSERT, POSTIMAGE, PREIMAGE, needs_comparable, q
 from .spec import DEFAULT_LOCK_TIMEOUT_S
 from .table import TargetTable, load_target
 
@@ -294,8 +294,8 @@ def _changes(leaving: DataFrame, returning: DataFrame, schema: StructType, keys:
     rows. A table with a map nested in a struct or an array cannot be compared row by row:
     every leaving row is a delete and every returning row an insert (never paired, or an
     unchanged row would be an update), which still ends with the restored table."""
-    if any(_holds_map(f.dataType) and not _top_map(f.dataType) for f in schema.fields):
-        # (a map of values that cannot be sorted, a variant say, is compared the same way)
+    if any(needs_comparable(f.dataType) and not _top_map(f.dataType) for f in schema.fields):
+        # (so is a variant, which no set operation takes, and a map of values that cannot be sorted)
         cols = [F.col(q(f.name)) for f in schema.fields]
         return leaving.select(*cols, F.lit(DELETE).alias(CHANGE_TYPE)).unionByName(
             returning.select(*cols, F.lit(INSERT).alias(CHANGE_TYPE))
@@ -324,16 +324,6 @@ def _changes(leaving: DataFrame, returning: DataFrame, schema: StructType, keys:
         return marked.select(*cols, change.alias(CHANGE_TYPE))
 
     return typed(gone, DELETE, PREIMAGE).unionByName(typed(new, INSERT, POSTIMAGE))
-
-
-def _holds_map(dt: DataType) -> bool:
-    if isinstance(dt, MapType):
-        return True
-    if isinstance(dt, ArrayType):
-        return _holds_map(dt.elementType)
-    if isinstance(dt, StructType):
-        return any(_holds_map(f.dataType) for f in dt.fields)
-    return False
 
 
 def _top_map(dt: DataType) -> bool:
