@@ -456,7 +456,7 @@ def runs_in(name: str, shape: Shape) -> bool:
     return shapes is None or shape.name in shapes
 
 
-SCAN_ROUNDS = 5
+SCAN_ROUNDS = 15
 
 
 def scan_seconds(
@@ -471,6 +471,16 @@ def scan_seconds(
     pause, so a pyarrow scan does not share the two cores with a JVM still winding down a Spark
     scan: with the rounds interleaved, the insert-heavy table after 1,000 merges read 1.39x the
     fresh copy with pyarrow; the same files read alone on a quiet machine, 1.14x (medians of 6).
+
+    Fifteen rounds, not five: a pyarrow scan takes a quarter of a second, and a pause of the
+    idle JVM beside it (its collector, its cleaner threads) costs one round up to a second. In
+    the hourly shape's run of 2026-11-29 three tables holding the very same 101 files read in
+    0.304, 0.315 and 0.436 s (medians of five), and the aged/fresh ratio of that one layout
+    came out 1.00, 1.18 and 1.24 in three runs; read again afterwards, ten rounds beside an
+    idle JVM had spikes of 0.49, 0.61 and 1.26 s among rounds of 0.23-0.29 s, and the medians
+    were 0.242 s fresh against 0.262-0.270 s aged (1.08-1.12); fifteen rounds with no JVM,
+    0.239 s against 0.241-0.251 s (1.01-1.05). With fifteen rounds, up to seven such pauses
+    leave the median alone.
     """
     import gc
 
