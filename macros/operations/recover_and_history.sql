@@ -17,6 +17,7 @@
 
 {#-- dbt run-operation rowmerge_history --args '{relation: analytics.orders, limit: 10}' --#}
 {% macro rowmerge_history(relation, limit=none) %}
+  {{- adapter.rowmerge_check_arguments('rowmerge_history', kwargs.keys(), ['relation', 'limit']) -}}
   {%- set rows = adapter.rowmerge_history(relation, limit) -%}
   {{ log("version | timestamp | operation | inserted | updated | deleted | files added | files removed", info=True) }}
   {%- for r in rows -%}
@@ -24,6 +25,8 @@
     {%- set restored = (r.metrics or {}).get('restoredVersion') if r.operation == 'RESTORE' else none -%}
     {%- set operation = r.operation ~ (" (to version " ~ restored ~ ")" if restored is not none else "") -%}
     {{ log(r.version ~ " | " ~ r.timestamp ~ " | " ~ operation ~ " | " ~ r.rows_inserted ~ " | " ~ r.rows_updated ~ " | " ~ r.rows_deleted ~ " | " ~ r.files_added ~ " | " ~ r.files_removed, info=True) }}
+  {%- else -%}
+    {{ log("(no versions: " ~ relation ~ " has no rowmerge journal; only tables row_level_merge writes have a history)", info=True) }}
   {%- endfor -%}
   {{ return(rows) }}
 {% endmacro %}
@@ -37,6 +40,8 @@
      target_file_size_mb the model's. cluster_by: [] packs files without ordering rows and clears
      the stored clustering. --#}
 {% macro rowmerge_optimize(relation, cluster_by=none, partition_filter=none, target_file_size_mb=none, dry_run=false) %}
+  {{- adapter.rowmerge_check_arguments('rowmerge_optimize', kwargs.keys(),
+      ['relation', 'cluster_by', 'partition_filter', 'target_file_size_mb', 'dry_run']) -}}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
   {%- set model = rowmerge_model_config(relation) or {} -%}
   {%- set keys = cluster_by if cluster_by is not none else model.get('cluster_by') -%}
@@ -51,12 +56,14 @@
 {% endmacro %}
 
 
-{#-- The config of the project's model whose relation is `relation` (none if no model's is). --#}
+{#-- The config of the project's model whose relation is `relation` (none if no model's is),
+     however the relation is spelled (`ANALYTICS.ORDERS`, `spark_catalog.analytics.orders`). --#}
 {% macro rowmerge_model_config(relation) %}
   {%- set wanted = relation.render() if relation.render is defined else relation | string -%}
   {%- for node in graph.nodes.values() if node.resource_type == 'model' -%}
     {%- set rel = api.Relation.create(schema=node.schema, identifier=node.alias) -%}
-    {%- if rel.render() == wanted or node.relation_name == wanted -%}
+    {%- if adapter.rowmerge_same_table(wanted, rel.render())
+           or (node.relation_name and adapter.rowmerge_same_table(wanted, node.relation_name)) -%}
       {{ return(node.config) }}
     {%- endif -%}
   {%- endfor -%}
@@ -79,6 +86,8 @@
      changed row shows as an update. Needs the version's files retained (retain_versions /
      retain_hours). --#}
 {% macro rowmerge_restore(relation, version=none, timestamp=none, unique_key=none, dry_run=false) %}
+  {{- adapter.rowmerge_check_arguments('rowmerge_restore', kwargs.keys(),
+      ['relation', 'version', 'timestamp', 'unique_key', 'dry_run']) -}}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
   {%- set keys = unique_key if unique_key is not none else rowmerge_model_key(relation) -%}
   {%- set done = adapter.rowmerge_restore(relation, version, timestamp, keys, dry_run) -%}
@@ -95,10 +104,12 @@
      dry_run: true lists what it would delete and the bytes. As a post-hook:
      post_hook="{{ rowmerge_vacuum(this) }}". --#}
 {% macro rowmerge_vacuum(relation, retain_versions=none, retain_hours=none, dry_run=false, force=false, change_feed_retain_versions=none) %}
+  {{- adapter.rowmerge_check_arguments('rowmerge_vacuum', kwargs.keys(),
+      ['relation', 'retain_versions', 'retain_hours', 'dry_run', 'force', 'change_feed_retain_versions']) -}}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
   {%- set done = adapter.rowmerge_vacuum(relation, retain_versions, retain_hours, dry_run, force, change_feed_retain_versions) -%}
   {{ log("rowmerge_vacuum " ~ relation ~ ": " ~ done.message, info=True) }}
-  {%- if dry_run -%}
+  {%- if adapter.rowmerge_flag(dry_run, 'dry_run') -%}
     {%- for path in done.files -%}
       {{ log("  " ~ path, info=True) }}
     {%- endfor -%}

@@ -25,6 +25,7 @@ from dbt.adapters.rowmerge.merge import (
     JournalError,
     MergeCommittedError,
     MergeError,
+    MergeSpecError,
     faults,
     history,
     recover,
@@ -137,6 +138,11 @@ def test_journal_history_rows_and_limit(spark, db, t):
         (0, "CONVERT", 3, 0, 0, 2, 0, True),
     ]  # fmt: skip
     assert [h["version"] for h in history(spark, t, limit=2)] == [2, 1]
+    for bad in (0, -1, "2", True, 1.5):
+        with pytest.raises(MergeSpecError) as info:
+            history(spark, t, limit=bad)
+        wanted = f"`limit` must be a whole number >= 1 (left out: every version), got {bad!r}"
+        assert wanted in str(info.value)
 
 
 @pytest.mark.parametrize("step", ["entry", "move_0", "registered", "delete_0", "before_applied", "applied"])

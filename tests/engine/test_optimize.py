@@ -320,6 +320,13 @@ def test_a_default_cluster_by_orders_inside_partitions_and_yields_to_the_stored_
             {"partition_filter": " "},
             "`partition_filter` must be a SQL condition on partition columns, got ' '",
         ),
+        (  # why it does not parse, not an empty reason
+            {"partition_filter": "day >>= 1"},
+            "`partition_filter` (day >>= 1) must be a condition on the partition columns of",
+        ),
+        ({"partition_filter": "day >>= 1"}, "Syntax error at or near"),
+        # only the partition columns are offered, nothing of the engine's own
+        ({"partition_filter": "dya = 'a'"}, "Did you mean one of the following? [`day`]"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything(spark, db, kwargs, message):

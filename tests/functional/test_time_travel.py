@@ -177,3 +177,47 @@ class TestVacuumOperation:
         assert "Every version from 1 on can be read" in gone
         run_dbt(["run-operation", "rowmerge_restore", "--args", f"{{relation: {relation}, version: 1}}"])
         assert rows(project, "orders") == [(1, "x"), (2, "b"), (3, "c")]
+
+
+class TestOperationsAsAUserSpellsThem:
+    """A relation spelled another way still finds its model (its unique_key pairs a restore's
+    updates); a run-operation's bad argument is named as the operation's; a quoted "false"
+    is false for the macro as for the operation."""
+
+    def test_spellings_arguments_and_quoted_flags(self, project):
+        _three_runs(project)
+        relation = table(project, "orders")
+        for spelled in (relation.upper(), f"spark_catalog.{relation}"):
+            args = f"{{relation: {spelled}, version: 0, dry_run: true}}"
+            _, dry = run_dbt_and_capture(["run-operation", "rowmerge_restore", "--args", args])
+            # paired by the model's unique_key: 2 updated (without it: 3 deleted, 2 inserted)
+            assert "1 row(s) deleted, 0 inserted, 2 updated" in dry, dry
+        for limit in ('"2"', "0"):
+            _, said = run_dbt_and_capture(
+                ["run-operation", "rowmerge_history", "--args", f"{{relation: {relation}, limit: {limit}}}"],
+                expect_pass=False,
+            )
+            wanted = f"Invalid rowmerge_history arguments for {relation}: `limit` must be a whole number >= 1"
+            assert wanted in said, said
+        _, said = run_dbt_and_capture(
+            ["run-operation", "rowmerge_restore", "--args", f"{{relation: {relation}, version: '1'}}"],
+            expect_pass=False,
+        )
+        wanted = f"Invalid rowmerge_restore arguments for {relation}: `version` must be a whole number >= 0"
+        assert wanted in said, said
+        _, said = run_dbt_and_capture(
+            ["run-operation", "rowmerge_restore", "--args", f"{{relation: {relation}, versoin: 1}}"],
+            expect_pass=False,
+        )
+        assert "rowmerge_restore takes no argument `versoin` (did you mean `version`?); its arguments" in said
+        assert rows(project, "orders") == [(1, "x"), (2, "y"), (3, "c")]
+        _, vacuumed = run_dbt_and_capture(
+            [
+                "run-operation",
+                "rowmerge_vacuum",
+                "--args",
+                f'{{relation: {relation}, retain_versions: 1, force: true, dry_run: "false"}}',
+            ]
+        )
+        assert "bytes:" not in vacuumed, vacuumed  # a real vacuum prints no dry run's listing
+        assert "as version 3" in vacuumed, vacuumed

@@ -205,3 +205,15 @@ def test_unique_key_must_name_a_column() -> None:
         "key column(s) as the model's SQL selects them"
     ]
     assert mc.config_problems({"unique_key": "`ID`"}, REL, ["id", "name"]) == []
+
+
+def test_a_run_operation_names_arguments_it_does_not_take() -> None:
+    known = ["relation", "version", "timestamp", "unique_key", "dry_run"]
+    assert mc.unknown_arguments("rowmerge_restore", ["relation", "version"], known) is None
+    assert mc.unknown_arguments("rowmerge_restore", ["versoin", "zzz"], known) == (
+        "rowmerge_restore takes no argument `versoin` (did you mean `version`?), `zzz`; its arguments "
+        "are `relation`, `version`, `timestamp`, `unique_key`, `dry_run`"
+    )
+    assert mc.error_message("db.t", ["a"], "rowmerge_vacuum arguments") == (
+        "Invalid rowmerge_vacuum arguments for db.t: a"
+    )

@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from dbt.adapters.rowmerge import merge, model_config
 from dbt.adapters.rowmerge.connections import RowMergeConnectionManager
 from dbt.adapters.rowmerge.merge.notices import warnings_to
+from dbt.adapters.rowmerge.merge.sqltext import parse_name, same_table
 from dbt.adapters.rowmerge.session import session_for
 
 logger = AdapterLogger("RowMerge")
@@ -107,21 +108,23 @@ class RowMergeAdapter(SparkAdapter):
 
     @staticmethod
     @contextmanager
-    def _dbt_errors(relation: str) -> Iterator[None]:
-        """Engine errors as dbt errors: a config error names the relation, in one format."""
+    def _dbt_errors(relation: str, operation: str | None = None) -> Iterator[None]:
+        """Engine errors as dbt errors: a config error names the relation, in one format (and
+        the run-operation whose arguments were wrong, when it is one)."""
         try:
             yield
         except merge.MergeSpecError as exc:
-            raise CompilationError(model_config.error_message(relation, exc.problems)) from None
+            what = f"{operation} arguments" if operation else None
+            raise CompilationError(model_config.error_message(relation, exc.problems, what)) from None
         except (merge.MergeError, merge.MergeCommittedError) as exc:
             raise DbtRuntimeError(str(exc)) from None
 
-    def _engine(self, call: Callable[[SparkSession], T], relation: str) -> T:
+    def _engine(self, call: Callable[[SparkSession], T], relation: str, operation: str | None = None) -> T:
         """Run ``call`` on dbt's Spark session; engine errors become dbt errors, engine
         warnings dbt warnings (``--warn-error`` fails the model where the engine warned, before
-        it writes anything)."""
+        it writes anything). ``operation``: the run-operation calling, named by its errors."""
         spark = session_for(self.config.credentials)  # type: ignore[arg-type]
-        with self._dbt_errors(relation), warnings_to(_dbt_warning, logger.info):
+        with self._dbt_errors(relation, operation), warnings_to(_dbt_warning, logger.info):
             return call(spark)
 
     # -- compiling a model's config (the macros compile, these judge) ------------------------
@@ -266,6 +269,32 @@ class RowMergeAdapter(SparkAdapter):
         )
 
     @available
+    def rowmerge_same_table(self, wanted: Any, model_relation: Any) -> bool:
+        """True if ``wanted`` (a run-operation's relation as the user spelled it) names the
+        table of ``model_relation`` (a model's): the two compare as the journal compares a
+        table's names (case, back-quotes, ``spark_catalog.`` do not matter), so an operation
+        finds its model's unique_key and cluster_by however the relation was written."""
+        try:
+            parts = parse_name(_relation_name(model_relation))
+        except ValueError:
+            return False
+        return same_table(_relation_name(wanted), parts)
+
+    @available
+    def rowmerge_check_arguments(self, operation: str, given: Any, known: Any) -> str:
+        """Refuse a run-operation's arguments it does not take (a misspelling is named, with
+        the argument meant), before it reads or writes anything."""
+        problem = model_config.unknown_arguments(operation, list(given or ()), list(known))
+        if problem:
+            raise CompilationError(problem)
+        return ""
+
+    @available
+    def rowmerge_flag(self, value: Any, name: str) -> bool:
+        """A run-operation's true/false argument as the operation reads it (``"false"`` is false)."""
+        return _flag(value, name)
+
+    @available
     def rowmerge_recover(self, relation: str) -> dict[str, Any]:
         done = self._engine(lambda spark: merge.recover(spark, str(relation)), str(relation))
         return {
@@ -300,6 +329,7 @@ class RowMergeAdapter(SparkAdapter):
                 default_cluster_by=list(fallback or []) or None,
             ),
             name,
+            "rowmerge_optimize",
         )
         return {**done.as_dict(), "message": done.summary()}
 
@@ -319,6 +349,7 @@ class RowMergeAdapter(SparkAdapter):
                 spark, name, version, timestamp, unique_key=unique_key, dry_run=_flag(dry_run, "dry_run")
             ),
             name,
+            "rowmerge_restore",
         )
         return {**done.as_dict(), "message": done.summary()}
 
@@ -345,6 +376,7 @@ class RowMergeAdapter(SparkAdapter):
                 change_feed_retain_versions=change_feed_retain_versions,
             ),
             name,
+            "rowmerge_vacuum",
         )
         return {**done.as_dict(), "message": done.summary()}
 
@@ -363,7 +395,7 @@ class RowMergeAdapter(SparkAdapter):
             df.createOrReplaceTempView(ident)
             return f"`{ident}`"
 
-        return self._engine(view, name)
+        return self._engine(view, name, "rowmerge_as_of")
 
     @available
     def rowmerge_rebind(self, relation: str) -> dict[str, Any]:
@@ -400,7 +432,9 @@ class RowMergeAdapter(SparkAdapter):
 
     @available
     def rowmerge_history(self, relation: str, limit: int | None = None) -> list[dict[str, Any]]:
-        return self._engine(lambda spark: merge.history(spark, str(relation), limit), str(relation))
+        return self._engine(
+            lambda spark: merge.history(spark, str(relation), limit), str(relation), "rowmerge_history"
+        )
 
     @available
     def rowmerge_replace(

@@ -301,12 +301,30 @@ def problems(
     return []
 
 
-def error_message(relation: str, found: Sequence[str]) -> str:
-    """One format for every config error a dbt user sees."""
+def unknown_arguments(operation: str, given: Sequence[str], known: Sequence[str]) -> str | None:
+    """What a run-operation says of arguments it does not take (None if there are none): each
+    named, with the closest of its own where one is near, and the whole list it takes."""
+    unknown = [g for g in given if g not in known]
+    if not unknown:
+        return None
+    said = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=MISSPELLING_CUTOFF)
+        said.append(f"`{name}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
+    return (
+        f"{operation} takes no argument {', '.join(said)}; its arguments are "
+        + ", ".join(f"`{k}`" for k in known)
+    )
+
+
+def error_message(relation: str, found: Sequence[str], what: str | None = None) -> str:
+    """One format for every config error a dbt user sees; ``what``: what was wrong when it
+    was not a model's config (a run-operation's arguments: ``rowmerge_vacuum arguments``)."""
+    what = what or f"{STRATEGY} config"
     if len(found) == 1:
-        return f"Invalid {STRATEGY} config for {relation}: {found[0]}"
+        return f"Invalid {what} for {relation}: {found[0]}"
     listed = "\n  - ".join(found)
-    return f"Invalid {STRATEGY} config for {relation} ({len(found)} problems):\n  - {listed}"
+    return f"Invalid {what} for {relation} ({len(found)} problems):\n  - {listed}"
 
 
 def version_range_problem(start: Any, end: Any, start_ts: Any = None, end_ts: Any = None) -> str | None:

@@ -46,7 +46,7 @@ from pyspark.sql.utils import AnalysisException
 
 from . import compaction, faults
 from .compaction import DataFile, Group
-from .errors import MergeCommittedError, MergeError, MergeSpecError
+from .errors import MergeCommittedError, MergeError, MergeSpecError, spark_reason
 from .filestats import indexed_columns
 from .journal import Entry, Journal, Retention
 from .lean_columns import lean_columns
@@ -380,10 +380,13 @@ def _partitions(
         rows.append((folder, *[values.get(c.lower()) for c in target.partition_columns]))
     cols = [target.field(c) for c in target.partition_columns]
     # The schema is given: an empty table has no folders, and the filter is still checked.
-    names = ["__folder", *[f"_p{i}" for i in range(len(cols))]]
-    frame = spark.createDataFrame(rows, StructType([StructField(n, StringType()) for n in names]))
+    # Only the partition columns are in scope (a misspelt column's suggestions name only
+    # them); the rows the filter keeps are mapped back to their folders by their values.
+    names = [f"_p{i}" for i in range(len(cols))]
+    frame = spark.createDataFrame(
+        [row[1:] for row in rows], StructType([StructField(n, StringType()) for n in names])
+    )
     typed = frame.select(
-        "__folder",
         *[
             F.when(F.col(f"_p{i}") == "__HIVE_DEFAULT_PARTITION__", F.lit(None))
             .otherwise(F.col(f"_p{i}"))
@@ -393,15 +396,18 @@ def _partitions(
         ],
     )
     try:
-        picked = typed.where(F.expr(condition)).select("__folder").collect()
+        picked = {tuple(r) for r in typed.where(F.expr(condition)).collect()}
     except AnalysisException as exc:
         raise MergeSpecError(
             [
                 f"`partition_filter` ({condition}) must be a condition on the partition columns of "
-                f"{target.name} ({', '.join(target.partition_columns)}): {str(exc).splitlines()[0]}"
+                f"{target.name} ({', '.join(target.partition_columns)}): {spark_reason(exc)}"
             ]
         ) from None
-    return {r[0] for r in picked}
+    if not picked:
+        return set()
+    typed_rows = typed.collect()  # in the order of rows (a local relation keeps it)
+    return {str(row[0]) for row, values in zip(rows, typed_rows, strict=True) if tuple(values) in picked}
 
 
 def compact(

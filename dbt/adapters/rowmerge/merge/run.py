@@ -52,6 +52,7 @@ from .errors import (
     ExecutionError,
     MergeCommittedError,
     MergeError,
+    MergeSpecError,
     StorageError,
     UnreadableFileError,
     UnsupportedTableError,
@@ -739,7 +740,10 @@ def recover(spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAUL
 
 
 def history(spark: SparkSession, table_name: str, limit: int | None = None) -> list[dict[str, Any]]:
-    """Committed versions of ``table_name``, newest first."""
+    """Committed versions of ``table_name``, newest first; ``limit``: at most that many."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        wanted = "a whole number >= 1 (left out: every version)"
+        raise MergeSpecError([f"`limit` must be {wanted}, got {limit!r}"])
     target = load_target(spark, table_name, "HISTORY of table")
     return open_journal(spark, target.location).history(limit)
 

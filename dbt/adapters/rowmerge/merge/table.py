@@ -381,7 +381,7 @@ def _checked(spark: SparkSession, name: str, role: str = MERGE_ROLE) -> tuple[st
         described = describe_table(spark, ident)
     except AnalysisException as exc:
         raise UnsupportedTableError(
-            f"{role} {name} does not exist or cannot be read: {spark_reason(exc)}. "
+            f"{role} {name} does not exist or cannot be read: {spark_reason(exc).rstrip('. ')}. "
             + (
                 "Create it first (dbt does this on the first run) or check the `target` name."
                 if role == MERGE_ROLE
