@@ -221,3 +221,12 @@ class TestOperationsAsAUserSpellsThem:
         )
         assert "bytes:" not in vacuumed, vacuumed  # a real vacuum prints no dry run's listing
         assert "as version 3" in vacuumed, vacuumed
+
+    def test_history_of_a_table_without_a_journal_says_so(self, project):
+        model = "{{ config(materialized='table') }}\nselect 1 as id"
+        write_file(model, project.project_root, "models", "plain.sql")
+        run_dbt(["run", "--select", "plain"])
+        relation = table(project, "plain")
+        args = f"{{relation: {relation}}}"
+        _, said = run_dbt_and_capture(["run-operation", "rowmerge_history", "--args", args])
+        assert f"(no versions: {relation} has no rowmerge journal" in said, said
