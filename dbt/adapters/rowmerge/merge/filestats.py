@@ -269,6 +269,14 @@ def within_ranges(value: str, ranges: KeyRanges) -> str | None:
     return f"coalesce(({value}) >= {_literal(low, dtype)} AND ({value}) <= {_literal(high, dtype)}, false)"
 
 
+def within_all_ranges(ranges: Sequence[tuple[KeyRanges, str]]) -> str | None:
+    """SQL: whether a source row's keys (each a SQL expression, beside its files' ranges) all lie
+    inside their files' ranges (:func:`within_ranges`): only such a row can match a target row,
+    as ``on`` requires every key equal. None when no key's ranges bound every file."""
+    bounds = [b for b in (within_ranges(value, kr) for kr, value in ranges) if b is not None]
+    return " AND ".join(bounds) if bounds else None
+
+
 def layer_hits(value: str, ranges: KeyRanges) -> list[Column]:
     """Per layer of ``ranges``, per source row: the id of the layer's file whose range holds the
     value of the SQL expression ``value``, or NULL (a NULL key is in no file).

@@ -20,15 +20,21 @@ from .source import MaterializedSource
 def check_source(plan: MergePlan, source: MaterializedSource) -> None:
     """Raise EmptySourceError for an empty source that would delete every row; warn about
     NULL keys."""
-    if source.num_rows == 0 and not plan.spec.allow_empty_source:
+    check_source_rows(plan, source.num_rows, source.null_key_rows)
+
+
+def check_source_rows(plan: MergePlan, num_rows: int, null_key_rows: int) -> None:
+    """:func:`check_source` of a source of ``num_rows`` rows, ``null_key_rows`` of them with a
+    NULL in a key column."""
+    if num_rows == 0 and not plan.spec.allow_empty_source:
         deleting = [c for c in plan.spec.not_matched_by_source if c.action == "delete"]
         if deleting:
             raise EmptySourceError(plan.target.name, deleting[0].label)
-    if source.null_key_rows:
+    if null_key_rows:
         keys = ", ".join(t for t, _ in plan.key_pairs)
         then = "; an insert clause inserts them as new rows on every run" if plan.not_matched else ""
         warn(
-            f"{source.null_key_rows} source row(s) merged into {plan.target.name} have a NULL in a "
+            f"{null_key_rows} source row(s) merged into {plan.target.name} have a NULL in a "
             f"key column ({keys}): NULL equals nothing in `on`, so they match no target row{then}. "
             "Filter them out or coalesce the key in the model SQL."
         )

@@ -44,6 +44,11 @@ COUNTER_NAMES = (
     # found the inserts among them by an anti-join.
     "onePassInsertsByStatistics",
     "onePassInsertsRechecked",
+    # 1 if no source row could match and one job read the source and wrote its inserts
+    # (direct.py), and 1 in directInsertFallback if that was tried and some row could match
+    # (or the job failed), so the write was discarded and the merge ran as usual.
+    "directInsert",
+    "directInsertFallback",
     # Auto-compaction after the merge (optimize.py): the OPTIMIZE version it committed (0:
     # none), and the files it replaced and wrote.
     "compactVersion",

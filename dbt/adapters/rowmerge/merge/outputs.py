@@ -575,9 +575,16 @@ def insert_values(plan: ResolvedMerge) -> list[Column]:
     idx = clause_index("not_matched")
 
     def build() -> list[Column]:
-        chosen = [(idx == rc.index, rc) for rc in plan.not_matched]
+        clauses = list(plan.not_matched)
+        # One clause without a condition inserts every row that matched nothing: its values
+        # need no CASE (a CASE per column costs round trips that an insert-only merge feels).
+        only = clauses[0] if len(clauses) == 1 and clauses[0].condition is None else None
+        chosen = [(idx == rc.index, rc) for rc in clauses]
         out = []
         for f in plan.output_fields:
+            if only is not None and f.name in only.values:
+                out.append(only.values[f.name].alias(f.name))
+                continue
             null = F.lit(None).cast(f.dataType)
             expr = None
             for cond, rc in chosen:

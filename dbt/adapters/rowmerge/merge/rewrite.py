@@ -515,7 +515,7 @@ def write_changes(
         parts.append(rewritten_rows(spark, plan, source, touched, one_pass, feed, grouped))
     if plan.not_matched and not single and (scan is None or scan.inserted > 0 or one_pass is not None):
         among = "outside" if one_pass is not None and one_pass.inserts_by_statistics else "all"
-        inserts = _spread_inserts(plan, inserted_rows(plan, source, target, scan, among), expected, feed)
+        inserts = spread_inserts(plan, inserted_rows(plan, source, target, scan, among), expected, feed)
         parts.append(inserts.withColumn(TASK_GROUP, F.lit(None).cast("long")) if grouped else inserts)
     if not parts:
         return [], {}
@@ -524,7 +524,7 @@ def write_changes(
     counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     cap = rewrite_file_cap(counts, expected) if counts else None
-    listed = _save(spark, plan, out, staging, feed_dir, cap, grouped=grouped)
+    listed = save_rows(spark, plan, out, staging, feed_dir, cap, grouped=grouped)
     fields = indexed_columns(plan.output_fields, pcols)
     return staged_files(fmt, listed, storage, removed, fields, counts)
 
@@ -563,17 +563,17 @@ def write_missed_inserts(
     write the inserts among them next to the ``written`` files; return the new files. With the
     write's ``groups``, in its layout (the rows of no touched file's group)."""
     inserts = inserted_rows(plan, source, target, None, "inside")
-    out = _spread_inserts(plan, inserts, missed, feed_dir is not None)
+    out = spread_inserts(plan, inserts, missed, feed_dir is not None)
     grouped = _grouped(groups)
     if grouped:
         out = out.withColumn(TASK_GROUP, F.lit(None).cast("long"))
-    listed = _save(spark, plan, out, staging, feed_dir, None, append=True, grouped=grouped)
+    listed = save_rows(spark, plan, out, staging, feed_dir, None, append=True, grouped=grouped)
     fields = indexed_columns(plan.output_fields, list(plan.target.partition_columns))
     known = {f.path for f in written}
     return staged_files(plan.target.file_format, listed, storage, fields=fields, known=known)[0]
 
 
-def _spread_inserts(plan: MergePlan, inserts: DataFrame, expected: int, feed: bool) -> DataFrame:
+def spread_inserts(plan: MergePlan, inserts: DataFrame, expected: int, feed: bool) -> DataFrame:
     """``inserts`` (at most ``expected`` rows) across the write's tasks; with ``feed`` going
     to the change feed too (:func:`feed_rows`)."""
     pcols = list(plan.target.partition_columns)
@@ -589,7 +589,7 @@ def _spread_inserts(plan: MergePlan, inserts: DataFrame, expected: int, feed: bo
     return feed_rows(inserts, INSERT) if feed else inserts
 
 
-def _save(
+def save_rows(
     spark: SparkSession,
     plan: MergePlan,
     out: DataFrame,

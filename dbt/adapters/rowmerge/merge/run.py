@@ -11,7 +11,10 @@ plans one and reports what it would do; ``recover``, ``history``, ``start_histor
              functions are pinned to the commit time chosen here
 5. source    materialize the source once, collect key statistics and, from the files'
              footer statistics (filestats), which files its keys can fall in; refuse an
-             empty source that would delete every row, warn about NULL keys (guards)
+             empty source that would delete every row, warn about NULL keys (guards).
+             When no source row is likely to match (direct), one job reads the source and
+             writes its inserts instead (5-8 at once); if some row could match after all,
+             that write is discarded and the phases run as below
 6. scan      find touched files among those and check cardinality in one job (skipped for
              insert-only)
 7. rewrite   write rewritten touched files + inserts into the commit's staging folder
@@ -45,6 +48,7 @@ from pyspark.sql.utils import AnalysisException
 
 from . import calls, faults, feed_owner
 from .cdf import ChangesTable, feed_schema, prepare_changes_table, stamp_feed
+from .direct import DirectInsert, direct_insert, write_direct
 from .errors import (
     CastError,
     ConcurrentMergeError,
@@ -61,7 +65,7 @@ from .errors import (
 from .feed_range import ChangesRange
 from .feed_range import resolve as resolve_range
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
-from .guards import check_deletes, check_source
+from .guards import check_deletes, check_source, check_source_rows
 from .journal import Entry, Journal, Recovery, Retention, Staging
 from .lean_columns import lean_columns
 from .lock import TableLock
@@ -86,6 +90,7 @@ from .scan import (
     Skipping,
     clause_rows,
     find_touched_files,
+    key_column_ranges,
     one_pass_applies,
     plan_skipping,
     pruned_target,
@@ -165,6 +170,9 @@ class Commit:
     skipping: Skipping | None  # how footer statistics rule files out (None: they cannot)
     cluster_by: tuple[str, ...] | None = None  # the table's clustering after this version
     retention: Retention | None = None  # the table's retention after this version
+    # SQL over the source's alias, true where a row's keys lie inside the files' ranges, when
+    # the merge bets that no row does and writes the inserts as it reads the source (direct.py)
+    direct: str | None = None
 
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
@@ -201,10 +209,16 @@ def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
             target = load_target(spark, parsed.target)
             if recover_locked(spark, journal, lock, target).rolled_forward:
                 target = load_target(spark, parsed.target)  # recovery may have added columns
-            plan, source, commit = _prepare(spark, parsed, journal, target, metrics)
+            plan, raw_source, commit = _prepare(spark, parsed, journal, target, metrics)
+            direct = _write_directly(spark, plan, raw_source, journal, commit, metrics)
+            source = None if direct is not None else _materialize(spark, plan, raw_source, commit, metrics)
             try:
-                check_source(plan, source)
-                version, entry = _merge(spark, plan, source, journal, lock, commit, metrics)
+                if direct is not None:
+                    version, entry = _commit_direct(spark, plan, journal, lock, commit, metrics, *direct)
+                else:
+                    assert source is not None
+                    check_source(plan, source)
+                    version, entry = _merge(spark, plan, source, journal, lock, commit, metrics)
             except MergeCommittedError:
                 raise
             except Exception as exc:
@@ -218,7 +232,8 @@ def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
                     raise ExecutionError(target.name, spark_reason(exc).rstrip(". ")) from exc
                 raise
             finally:
-                source.df.unpersist()
+                if source is not None:
+                    source.df.unpersist()
             if entry is not None:
                 _compact(spark, journal, lock, plan, commit, entry, metrics)
     metrics.record_calls(counts)
@@ -234,8 +249,9 @@ def _prepare(
     target: TargetTable,
     metrics: MergeMetrics,
     dry: bool = False,
-) -> tuple[MergePlan, MaterializedSource, Commit]:
-    """Phases 4-5: the plan, the materialized source and what the merge would commit against.
+) -> tuple[MergePlan, DataFrame, Commit]:
+    """Phase 4: the plan, the source as read (:func:`_materialize` checkpoints it) and what
+    the merge would commit against.
 
     ``dry``: for :func:`dry_run`, which must write nothing (the change table is not created).
     """
@@ -261,15 +277,90 @@ def _prepare(
             journal.storage, changes.location, changes.name, target.name, target.name_parts
         )
     summaries = _summaries(plan, journal, snapshot, versions, initial, save_checkpoint=not dry)
-    skipping = plan_skipping(plan, summaries) if summaries is not None else None
-
-    logger.info("rowmerge: %s: materializing the source %s", target.name, parsed.source)
-    with timed(metrics, "materializeSourceTimeMs"):
-        source = materialize(spark, plan, raw_source, skipping.ranges if skipping else ())
-    metrics["numSourceRows"] = source.num_rows
+    column_ranges = key_column_ranges(plan, summaries) if summaries is not None else []
+    skipping = plan_skipping(plan, summaries, column_ranges) if summaries is not None else None
+    direct = (
+        None if dry else direct_insert(spark, plan, column_ranges, newest, raw_source, changes is not None)
+    )
     version = journal.next_version(versions, target.name)
-    commit = Commit(version, snapshot, changes, initial, commit_time, skipping, cluster_by, retention)
-    return plan, source, commit
+    commit = Commit(version, snapshot, changes, initial, commit_time, skipping, cluster_by, retention, direct)
+    return plan, raw_source, commit
+
+
+def _materialize(
+    spark: SparkSession, plan: MergePlan, raw_source: DataFrame, commit: Commit, metrics: MergeMetrics
+) -> MaterializedSource:
+    """Phase 5: the source checkpointed, with its statistics (source.py)."""
+    logger.info("rowmerge: %s: materializing the source %s", plan.target.name, plan.spec.source)
+    with timed(metrics, "materializeSourceTimeMs"):
+        source = materialize(spark, plan, raw_source, commit.skipping.ranges if commit.skipping else ())
+    metrics["numSourceRows"] = source.num_rows
+    return source
+
+
+def _write_directly(
+    spark: SparkSession,
+    plan: MergePlan,
+    raw_source: DataFrame,
+    journal: Journal,
+    commit: Commit,
+    metrics: MergeMetrics,
+) -> tuple[Staging, DirectInsert] | None:
+    """Phases 5-7 in one job when the merge bets that no source row matches (direct.py): the
+    staging folder and what the job found; None, with nothing staged, when the bet was not
+    taken or lost. Never raises a Spark error: the usual path then reads the source again and
+    reports the error as it would have."""
+    if commit.direct is None:
+        return None
+    staging = journal.stage()
+    kept = False
+    try:
+        logger.info(
+            "rowmerge: %s: writing the inserts of %s as it is read", plan.target.name, plan.spec.source
+        )
+        with timed(metrics, "rewriteTimeMs"):
+            found = write_direct(spark, plan, raw_source, commit.direct, staging.data_dir, journal.storage)
+        if found.staged is not None:
+            kept = True
+            return staging, found
+        logger.info(
+            "rowmerge: %s: %d source row(s) lie inside the files' ranges; merging as usual",
+            plan.target.name,
+            found.inside_rows,
+        )
+    except Exception as exc:  # noqa: BLE001 - the usual path says what is wrong
+        logger.info("rowmerge: %s: the direct write failed (%s); merging as usual", plan.target.name, exc)
+    finally:
+        if not kept:
+            journal.discard(staging)
+    metrics["directInsertFallback"] = 1
+    return None
+
+
+def _commit_direct(
+    spark: SparkSession,
+    plan: MergePlan,
+    journal: Journal,
+    lock: TableLock,
+    commit: Commit,
+    metrics: MergeMetrics,
+    staging: Staging,
+    found: DirectInsert,
+) -> tuple[int, Entry | None]:
+    """Phase 9 for the inserts :func:`_write_directly` staged (no file read, none replaced)."""
+    assert found.staged is not None
+    metrics["numSourceRows"] = found.num_rows
+    metrics["directInsert"] = 1
+    metrics["numTargetFilesBeforeSkipping"] = len(commit.snapshot)
+    check_source_rows(plan, found.num_rows, found.null_key_rows)
+    stage = _Staged(staging)
+    try:
+        return _commit_staged(
+            spark, plan, journal, lock, commit, metrics, stage, found.staged, [], {}, [], None, []
+        )
+    finally:
+        if not stage.committed:
+            journal.discard(staging)
 
 
 def dry_run(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> DryRunReport:
@@ -287,7 +378,8 @@ def dry_run(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> DryRunR
         journal = open_journal(spark, target.location)
         journal.check_placement(target.name)
         journal.check_bound(target)
-        plan, source, commit = _prepare(spark, parsed, journal, target, metrics, dry=True)
+        plan, raw_source, commit = _prepare(spark, parsed, journal, target, metrics, dry=True)
+        source = _materialize(spark, plan, raw_source, commit, metrics)
         scan: ScanResult | None = None
         try:
             check_source(plan, source)
@@ -393,7 +485,7 @@ def _merge(
     )
     scan: ScanResult | None = None
     staging = journal.stage()
-    committed = False
+    stage = _Staged(staging)
     try:
         # With the change feed on, the data write emits the feed's rows too (one read and
         # one join of the touched files); they get their change type and timestamp after.
@@ -485,59 +577,104 @@ def _merge(
             with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
                 feed = stamp_feed(spark, plan, feed_dir, staging.cdf_dir, journal.storage, commit.time)
         removed: list[FileStats] = scan.touched if scan else []
-        _record_counts(metrics, scan, staged, removed, files)
-        if not staged and not removed:
-            logger.info("rowmerge: %s: nothing to change", target.name)
-            return commit.version - 1, None
-        faults.fault_point("staged_data")
-        if commit.changes is not None:
-            faults.fault_point("staged_cdf")
-        metrics["numTargetChangeFilesAdded"] = len(feed)
-
-        logger.info(
-            "rowmerge: %s: committing %d new, %d replaced file(s)", target.name, len(staged), len(removed)
+        return _commit_staged(
+            spark,
+            plan,
+            journal,
+            lock,
+            commit,
+            metrics,
+            stage,
+            staged,
+            removed,
+            removed_rows,
+            feed,
+            scan,
+            files,
         )
-        with timed(metrics, "commitTimeMs"):
-            replaced = {journal.storage.from_spark_path(f.path): f.size for f in removed}
-            entry = journal.merge_entry(
-                staging,
-                version=commit.version,
-                timestamp=commit.time,
-                target=target,
-                spec=plan.spec.raw or {},
-                added=staged,
-                removed=[(path, size, removed_rows[path]) for path, size in replaced.items()],
-                new_columns=column_ddl(plan.new_fields),
-                changes=commit.changes,
-                feed_columns=feed_schema(plan.output_fields),
-                feed=feed,
-                metrics=metrics.as_dict(),
-                cluster_by=commit.cluster_by,
-                retention=commit.retention,
-            )
-            # Everything that can fail runs before the entry exists (see the module doc).
-            lock.check()
-            journal.check(entry, target, recovering=False)
-            journal.check_unchanged(entry, commit.snapshot)
-            _check_columns_unchanged(spark, plan)
-            _add_evolved_columns(spark, plan, commit.changes)
-            if commit.changes is not None:
-                changes = commit.changes
-                feed_owner.claim(
-                    journal.storage, changes.location, changes.name, target.qualified_name, target.name_parts
-                )
-            journal.commit(entry, commit.initial)
-            committed = True
-            faults.fault_point("entry")
-            try:
-                journal.apply(spark, entry, target, prepared=True)
-            except Exception as exc:
-                raise MergeCommittedError(target.name, entry.version, exc) from exc
-        return commit.version, entry
     finally:
         release(scan)
-        if not committed:
+        if not stage.committed:
             journal.discard(staging)
+
+
+@dataclass
+class _Staged:
+    """A merge's staging folder, and whether the journal owns it yet (from the commit point:
+    recovery needs its files, so it must not be discarded)."""
+
+    staging: Staging
+    committed: bool = False
+
+
+def _commit_staged(
+    spark: SparkSession,
+    plan: MergePlan,
+    journal: Journal,
+    lock: TableLock,
+    commit: Commit,
+    metrics: MergeMetrics,
+    stage: _Staged,
+    staged: list[StagedFile],
+    removed: list[FileStats],
+    removed_rows: Mapping[str, int],
+    feed: list[StagedFile],
+    scan: ScanResult | None,
+    files: list[str] | None,
+) -> tuple[int, Entry | None]:
+    """Phase 9: commit what was staged (``removed``: the touched files it replaces, with their
+    rows); the current version and None if nothing changed."""
+    target = plan.target
+    staging = stage.staging
+    _record_counts(metrics, scan, staged, removed, files)
+    if not staged and not removed:
+        logger.info("rowmerge: %s: nothing to change", target.name)
+        return commit.version - 1, None
+    faults.fault_point("staged_data")
+    if commit.changes is not None:
+        faults.fault_point("staged_cdf")
+    metrics["numTargetChangeFilesAdded"] = len(feed)
+
+    logger.info(
+        "rowmerge: %s: committing %d new, %d replaced file(s)", target.name, len(staged), len(removed)
+    )
+    with timed(metrics, "commitTimeMs"):
+        replaced = {journal.storage.from_spark_path(f.path): f.size for f in removed}
+        entry = journal.merge_entry(
+            staging,
+            version=commit.version,
+            timestamp=commit.time,
+            target=target,
+            spec=plan.spec.raw or {},
+            added=staged,
+            removed=[(path, size, removed_rows[path]) for path, size in replaced.items()],
+            new_columns=column_ddl(plan.new_fields),
+            changes=commit.changes,
+            feed_columns=feed_schema(plan.output_fields),
+            feed=feed,
+            metrics=metrics.as_dict(),
+            cluster_by=commit.cluster_by,
+            retention=commit.retention,
+        )
+        # Everything that can fail runs before the entry exists (see the module doc).
+        lock.check()
+        journal.check(entry, target, recovering=False)
+        journal.check_unchanged(entry, commit.snapshot)
+        _check_columns_unchanged(spark, plan)
+        _add_evolved_columns(spark, plan, commit.changes)
+        if commit.changes is not None:
+            changes = commit.changes
+            feed_owner.claim(
+                journal.storage, changes.location, changes.name, target.qualified_name, target.name_parts
+            )
+        journal.commit(entry, commit.initial)
+        stage.committed = True
+        faults.fault_point("entry")
+        try:
+            journal.apply(spark, entry, target, prepared=True)
+        except Exception as exc:
+            raise MergeCommittedError(target.name, entry.version, exc) from exc
+    return commit.version, entry
 
 
 def _compact(

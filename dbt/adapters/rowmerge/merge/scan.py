@@ -14,7 +14,7 @@ nothing: the insert candidates, so the rewrite never reads the target again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -83,22 +83,36 @@ class Skipping:
         ]
 
 
-def plan_skipping(plan: MergePlan, summaries: Mapping[str, FileSummary | None]) -> Skipping | None:
-    """How ``summaries`` (qualified path -> footer summary, for every file) can skip files;
-    None when they cannot: a NOT MATCHED BY SOURCE clause needs every file, or no key
-    column has statistics."""
-    if plan.not_matched_by_source or len(summaries) > MAX_SKIPPING_FILES:
-        return None
+def key_column_ranges(
+    plan: MergePlan, summaries: Mapping[str, FileSummary | None]
+) -> list[tuple[KeyRanges, str]]:
+    """Per key column of ``on`` with footer statistics (not a partition column): the files'
+    ranges of it (files in path order) and the source expression it equals."""
     files = sorted(summaries)
     partition_cols = {c.lower() for c in plan.target.partition_columns}
-    ranges = []
+    out = []
     for tcol, sexpr in plan.key_pairs:
         f = plan.target.field(tcol)
         if tcol.lower() in partition_cols or not indexable(f):
             continue
-        kr = key_ranges(tcol, f.dataType, [summaries[p] for p in files])
-        if rules_out_files(kr, len(files)):
-            ranges.append((kr, sexpr))
+        out.append((key_ranges(tcol, f.dataType, [summaries[p] for p in files]), sexpr))
+    return out
+
+
+def plan_skipping(
+    plan: MergePlan,
+    summaries: Mapping[str, FileSummary | None],
+    column_ranges: Sequence[tuple[KeyRanges, str]] | None = None,
+) -> Skipping | None:
+    """How ``summaries`` (qualified path -> footer summary, for every file) can skip files;
+    None when they cannot: a NOT MATCHED BY SOURCE clause needs every file, or no key
+    column's ranges rule a file out. ``column_ranges``: :func:`key_column_ranges`, if the
+    caller has it."""
+    if plan.not_matched_by_source or len(summaries) > MAX_SKIPPING_FILES:
+        return None
+    files = sorted(summaries)
+    found = key_column_ranges(plan, summaries) if column_ranges is None else column_ranges
+    ranges = [(kr, sexpr) for kr, sexpr in found if rules_out_files(kr, len(files))]
     rows = {p: s.rows for p, s in summaries.items() if s is not None}
     return Skipping(files, ranges, rows) if ranges else None
 

@@ -30,7 +30,7 @@ from pyspark.sql.types import (
 from pyspark.sql.utils import AnalysisException
 
 from .errors import UnsupportedTableError, spark_reason
-from .filestats import KeyRanges, layer_hits, within_ranges
+from .filestats import KeyRanges, layer_hits, within_all_ranges
 from .lean_columns import jvm_class
 from .outputs import PREFIX, SRC_ID, SRC_PRESENT
 from .plan import MergePlan
@@ -195,8 +195,7 @@ def materialize(
     # nothing, and the one-pass write inserts such rows without a join (see
     # rewrite.inserts_by_statistics). A plain comparison, not the search above: per row, as a
     # column, that search's code made the job's compiled loop too big for the JVM to compile.
-    bounds = [b for b in (within_ranges(sexpr, kr) for kr, sexpr in ranges) if b is not None]
-    may_match = " AND ".join(bounds) if bounds else None
+    may_match = within_all_ranges(ranges)
     if may_match is not None:
         aggs.append(F.count(F.when(F.expr(may_match), F.lit(1))).alias("may_match"))
     if is_connect(spark):

@@ -331,7 +331,8 @@ def catalog_columns(spark: SparkSession, target: TargetTable) -> tuple[str, ...]
     if not is_connect(spark) and len(parts) == MAX_NAME_PARTS and parts[0].lower() == DEFAULT_CATALOG:
         try:
             found = _catalog_table(spark, spark._jsparkSession.sessionState().catalog(), parts[1], parts[2])
-            return tuple(str(n) for n in found.schema().fieldNames())
+            # The schema crosses as one JSON string (iterating the JVM array is a call per name).
+            return tuple(f["name"] for f in json.loads(found.schema().json())["fields"])
         except Exception:  # noqa: BLE001 - the statement below says what is wrong
             pass
     return describe_table(spark, target.ident).columns

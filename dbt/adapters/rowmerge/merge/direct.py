@@ -1,0 +1,131 @@
+"""Phases 5-8 in one job, when no source row can match: the inserts written as the source is read.
+
+The usual path checkpoints the source (a Spark job: its rows, their count and key statistics)
+and then writes what the clauses decide (a second job). When the key of every source row lies
+below or above all the files' ranges — new ids, new timestamps: an hourly insert — no row can
+match a target row, and the merge is the rows the not_matched clauses insert. One job can then
+read the source, write those inserts and observe the statistics the usual path gathers: the
+row count, the rows with a NULL key, and how many rows lie inside the ranges.
+
+It is a bet, checked by the job itself: the job writes only the rows outside the ranges and
+counts the others. If some row lies inside, the write is discarded and the merge takes the
+usual path, which evaluates the source anew; nothing of the first evaluation is kept, so what
+commits still comes from one evaluation of the source. The bet is taken only where it is
+likely to win and cheap to lose (:func:`direct_insert`):
+
+- an insert-only merge (no matched or not_matched_by_source clause), or one whose previous
+  version was a merge that only inserted (an upsert of new keys, run after run);
+- the table's files have key ranges (file statistics), the change feed is off, the session
+  is classic (observed metrics), and the source's plan is estimated at most
+  :data:`DIRECT_SOURCE_BYTES`: its rows go out of one task (one file, as the usual path writes
+  a small insert), which a source that reads a large table must not be squeezed into.
+
+A lost bet costs the job that read the source; the usual path's two jobs follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+from uuid import uuid4
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from .filestats import KeyRanges, indexed_columns, within_all_ranges
+from .journal import Entry
+from .outputs import PREFIX, enforce_constraints, inserts
+from .plan import MergePlan
+from .rewrite import ROWS_PER_INSERT_FILE, StagedFile, save_rows, spread_inserts, staged_files
+from .storage import Storage, is_connect
+
+# A source whose plan Spark estimates at more bytes takes the usual path: the direct write
+# reads it in one task. Spark's estimate of a scan is its files' size (a filter does not lower
+# it), so a source that filters a large table is never read by one task.
+DIRECT_SOURCE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DirectInsert:
+    """What the direct write found: ``staged`` is None when some source row lay inside the
+    files' ranges (the write was thrown away)."""
+
+    staged: list[StagedFile] | None
+    num_rows: int
+    null_key_rows: int
+    inside_rows: int
+
+
+def direct_insert(
+    spark: SparkSession,
+    plan: MergePlan,
+    column_ranges: Sequence[tuple[KeyRanges, str]],
+    newest: Entry | None,
+    raw_source: DataFrame,
+    feed: bool,
+) -> str | None:
+    """The SQL of :func:`.filestats.within_all_ranges` over ``column_ranges`` (the files'
+    ranges of each key column: :func:`.scan.key_column_ranges`) when the merge should bet on
+    the direct write (see the module doc), else None."""
+    if feed or is_connect(spark) or not plan.not_matched or plan.not_matched_by_source:
+        return None
+    if plan.matched and not _only_inserted(newest):
+        return None
+    inside = within_all_ranges(column_ranges)
+    if inside is None or not 0 <= _estimated_bytes(raw_source) <= DIRECT_SOURCE_BYTES:
+        return None
+    return inside
+
+
+def _only_inserted(entry: Entry | None) -> bool:
+    """Whether ``entry`` is a merge that inserted rows and replaced no file."""
+    if entry is None or entry.operation != "MERGE":
+        return False
+    m = entry.metrics or {}
+    return int(m.get("numTargetRowsInserted") or 0) > 0 and not int(m.get("numTargetFilesRemoved") or 0)
+
+
+def _estimated_bytes(df: DataFrame) -> int:
+    """Spark's estimate of the size of ``df``'s rows (its optimized plan's statistics); -1 if
+    it cannot say."""
+    try:
+        return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - no estimate: take the usual path
+        return -1
+
+
+def write_direct(
+    spark: SparkSession,
+    plan: MergePlan,
+    raw_source: DataFrame,
+    inside: str,
+    staging: str,
+    storage: Storage,
+) -> DirectInsert:
+    """Read ``raw_source`` once: write into ``staging`` the inserts of its rows outside the
+    files' ranges (``inside``: :func:`.filestats.within_all_ranges`), and count its rows,
+    those with a NULL key and those inside. The caller discards the write when any row was
+    inside."""
+    aliased = raw_source.alias(plan.sa)
+    aggs = [F.count(F.lit(1)).alias("n"), F.count(F.when(F.expr(inside), F.lit(1))).alias("inside")]
+    if plan.key_pairs:
+        any_null = reduce(lambda a, b: a | b, [F.expr(e).isNull() for _, e in plan.key_pairs])
+        aggs.append(F.count(F.when(any_null, F.lit(1))).alias("null_keys"))
+    observed = Observation(f"{PREFIX}direct_{uuid4().hex}")
+    outside = aliased.observe(observed, *aggs).where(~F.expr(inside)).alias(plan.sa)
+    rows = spread_inserts(plan, enforce_constraints(plan, inserts(plan, outside)), 0, False)
+    listed = save_rows(spark, plan, rows, staging, None, ROWS_PER_INSERT_FILE)
+    row: dict[str, Any] = observed.get
+    found = int(row["inside"])
+    staged = None
+    if found == 0:
+        fields = indexed_columns(plan.output_fields, list(plan.target.partition_columns))
+        staged = staged_files(plan.target.file_format, listed, storage, fields=fields)[0]
+    return DirectInsert(
+        staged=staged,
+        num_rows=int(row["n"]),
+        null_key_rows=int(row["null_keys"]) if plan.key_pairs else 0,
+        inside_rows=found,
+    )

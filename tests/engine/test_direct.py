@@ -1,0 +1,200 @@
+"""direct.py: when no source row can match, one Spark job reads the source and writes its
+inserts; when some row could, that write is thrown away and the merge runs as usual, with the
+same rows, the same errors and nothing left behind."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from dbt.adapters.rowmerge.merge import ConstraintViolation, history
+from dbt.adapters.rowmerge.merge import direct as direct_module
+from tests.engine.helpers import (
+    UPSERT,
+    create_table,
+    merge,
+    rows,
+    spark_jobs,
+    table_dir,
+    table_state,
+)
+from tests.engine.test_guards import engine_warnings
+
+INSERT_ONLY = [{"when": "not_matched", "action": "insert", "values": "*"}]
+SCHEMA = "id long, v string"
+
+
+def _table(spark, db: str, partitioned: bool = False) -> str:
+    t = f"{db}.t"
+    if partitioned:
+        create_table(
+            spark,
+            t,
+            "id long, v string, day string",
+            [[(i, f"v{i}", d) for i in range(k, k + 10)] for k, d in ((0, "d1"), (10, "d1"), (20, "d2"))],
+            partition_by=["day"],
+        )
+    else:
+        create_table(spark, t, SCHEMA, [[(i, f"v{i}") for i in range(k, k + 10)] for k in (0, 10, 20)])
+    return t
+
+
+def _view(spark, name: str, schema: str, data: list[tuple]) -> str:
+    """A view of ``data`` over SQL ``VALUES``, whose size Spark estimates (a DataFrame made from
+    Python rows is of unknown size to it, so no merge bets on it: see direct.py)."""
+
+    def lit(v) -> str:
+        return "NULL" if v is None else repr(v) if isinstance(v, str) else str(v)
+
+    cols = [c.split() for c in schema.split(",")]
+    values = ", ".join("(" + ", ".join(lit(v) for v in row) + ")" for row in data)
+    casts = ", ".join(f"CAST(c{i} AS {t}) AS {n}" for i, (n, t) in enumerate(cols))
+    names = ", ".join(f"c{i}" for i in range(len(cols)))
+    spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT {casts} FROM VALUES {values} AS v({names})")
+    return name
+
+
+@contextmanager
+def engine_logs() -> Iterator[list[str]]:
+    """Every line the engine logs, INFO and up."""
+    found: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            found.append(record.getMessage())
+
+    log = logging.getLogger("rowmerge")
+    handler, level = Collect(level=logging.INFO), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield found
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
+def _staged_leftovers(spark, t: str) -> list[str]:
+    """Files under the journal's staging folder (a discarded write must leave none)."""
+    root = os.path.join(table_dir(spark, t), "_rowmerge_log", "staging")
+    return [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+
+
+def _sorted(data: list[tuple]) -> list[tuple]:
+    return sorted(data, key=lambda r: tuple((v is not None, v) for v in r))
+
+
+def test_insert_of_new_keys_is_one_job(spark, db) -> None:
+    t = _table(spark, db)
+    before = rows(spark, t)
+    new = [(100 + i, f"n{i}") for i in range(5)] + [(-7, "below")]
+    src = _view(spark, f"{db}_src", SCHEMA, new)
+    result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, INSERT_ONLY, auto_compact=False))
+    m = result.metrics
+    assert jobs == 1
+    assert (m["directInsert"], m["directInsertFallback"], m["onePass"]) == (1, 0, 0)
+    assert (m["numSourceRows"], m["numTargetRowsInserted"], m["numTargetFilesAdded"]) == (6, 6, 1)
+    assert (
+        m["numTargetFilesBeforeSkipping"],
+        m["numTargetFilesAfterSkipping"],
+        m["numTargetFilesRemoved"],
+    ) == (
+        3,
+        0,
+        0,
+    )
+    assert rows(spark, t) == _sorted(before + new)
+    assert _staged_leftovers(spark, t) == []
+    assert history(spark, t)[0]["metrics"]["directInsert"] == 1
+
+
+def test_a_key_inside_the_ranges_discards_the_write_and_merges_as_usual(spark, db) -> None:
+    # 15 lies inside the second file's range and exists; 35 is new but lies inside no range.
+    t = _table(spark, db)
+    before = rows(spark, t)
+    src = _view(spark, f"{db}_src", SCHEMA, [(15, "dup"), (35, "new"), (200, "far")])
+    m = merge(spark, t, src, INSERT_ONLY, auto_compact=False).metrics
+    assert (m["directInsert"], m["directInsertFallback"]) == (0, 1)
+    assert (m["numSourceRows"], m["numTargetRowsInserted"]) == (3, 2)
+    assert rows(spark, t) == _sorted(before + [(35, "new"), (200, "far")])
+    assert _staged_leftovers(spark, t) == []
+    # Every row written once: nothing of the discarded write reached the table.
+    assert len(rows(spark, t)) == len(before) + 2
+
+
+def test_an_upsert_bets_only_after_a_merge_that_only_inserted(spark, db) -> None:
+    t = _table(spark, db)
+    first = merge(spark, t, _view(spark, f"{db}_a", SCHEMA, [(100, "a")]), UPSERT, auto_compact=False)
+    # Version 0 (the table as found) is no merge: the upsert runs as usual.
+    assert (first.metrics["directInsert"], first.metrics["directInsertFallback"]) == (0, 0)
+    second = merge(spark, t, _view(spark, f"{db}_b", SCHEMA, [(101, "b")]), UPSERT, auto_compact=False)
+    assert (second.metrics["directInsert"], second.metrics["numTargetRowsInserted"]) == (1, 1)
+    # This one updates: the bet is lost, the write discarded, the merge runs as usual.
+    third = merge(
+        spark, t, _view(spark, f"{db}_c", SCHEMA, [(5, "upd"), (102, "c")]), UPSERT, auto_compact=False
+    )
+    assert (third.metrics["directInsert"], third.metrics["directInsertFallback"]) == (0, 1)
+    assert (third.metrics["numTargetRowsUpdated"], third.metrics["numTargetRowsInserted"]) == (1, 1)
+    # After a merge that replaced a file the upsert does not bet.
+    fourth = merge(spark, t, _view(spark, f"{db}_d", SCHEMA, [(103, "d")]), UPSERT, auto_compact=False)
+    assert (fourth.metrics["directInsert"], fourth.metrics["directInsertFallback"]) == (0, 0)
+    expected = [(i, "upd" if i == 5 else f"v{i}") for i in range(30)]
+    assert rows(spark, t) == expected + [(100, "a"), (101, "b"), (102, "c"), (103, "d")]
+    assert _staged_leftovers(spark, t) == []
+
+
+def test_conditions_null_keys_and_partitions(spark, db) -> None:
+    t = _table(spark, db, partitioned=True)
+    before = rows(spark, t)
+    clauses = [
+        {"when": "not_matched", "condition": "s.v <> 'skip'", "action": "insert", "values": "*"},
+    ]
+    data = [(100, "a", "d2"), (101, "skip", "d3"), (None, "nul", "d3"), (102, "b", "d3")]
+    src = _view(spark, f"{db}_src", "id long, v string, day string", data)
+    with engine_warnings() as warnings:
+        m = merge(spark, t, src, clauses, auto_compact=False).metrics
+    assert (m["directInsert"], m["numSourceRows"], m["numTargetRowsInserted"]) == (1, 4, 3)
+    assert warnings == [
+        f"rowmerge: 1 source row(s) merged into {t} have a NULL in a key column (id): NULL equals nothing "
+        "in `on`, so they match no target row; an insert clause inserts them as new rows on every run. "
+        "Filter them out or coalesce the key in the model SQL."
+    ]
+    assert rows(spark, t) == _sorted(before + [(100, "a", "d2"), (None, "nul", "d3"), (102, "b", "d3")])
+    assert sorted(r[0] for r in spark.sql(f"SHOW PARTITIONS {t}").collect()) == ["day=d1", "day=d2", "day=d3"]
+
+
+def test_a_failing_insert_fails_as_the_usual_path_does(spark, db) -> None:
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string, n int", [[(1, "a", 1), (2, "b", 2)]])
+    before = table_state(spark, t)
+    src = _view(spark, f"{db}_src", "id long, v string, n int", [(9, None, 1)])
+    with pytest.raises(ConstraintViolation) as err, engine_logs() as logs:
+        merge(spark, t, src, INSERT_ONLY, constraints=[{"type": "not_null", "column": "v"}])
+    # The direct write failed first; the usual path then raised the error as it always does.
+    assert any("the direct write failed" in line for line in logs), logs
+    assert str(err.value) == (
+        f"MERGE into {t} failed: a row it writes violates constraint not_null(v) (first: id=9). Nothing "
+        "was changed. Fix the rows in the model SQL, or change the model's contract."
+    )
+    assert table_state(spark, t) == before
+    assert _staged_leftovers(spark, t) == []
+
+
+@pytest.mark.parametrize(
+    "why", ["feed", "large_source", "no_statistics"], ids=["with_the_feed", "large_source", "orc"]
+)
+def test_no_bet_where_it_does_not_apply(spark, db, monkeypatch, why) -> None:
+    t = f"{db}.t"
+    fmt = "orc" if why == "no_statistics" else "parquet"
+    create_table(spark, t, SCHEMA, [[(1, "a")], [(5, "b")]], fmt=fmt)
+    extra = {"change_data_feed": {"table": f"{db}.t_changes"}} if why == "feed" else {}
+    if why == "large_source":
+        monkeypatch.setattr(direct_module, "DIRECT_SOURCE_BYTES", 0)
+    src = _view(spark, f"{db}_src", SCHEMA, [(10, "n")])
+    m = merge(spark, t, src, INSERT_ONLY, auto_compact=False, **extra).metrics
+    assert (m["directInsert"], m["directInsertFallback"], m["numTargetRowsInserted"]) == (0, 0, 1)
+    assert rows(spark, t) == [(1, "a"), (5, "b"), (10, "n")]
