@@ -31,6 +31,8 @@ from tests.conftest import spark_conf
 from tests.differential.cases import Case, Outcome
 from tests.differential.compare import (
     COMPACTED,
+    DIRECT,
+    DIRECT_FALLBACK,
     MERGED,
     ONE_PASS_BROADCAST,
     ONE_PASS_SINGLE_TASK,
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         f"fuzz seed={args.seed} start={args.start} n={args.n}: {len(mismatched)} mismatched "
         f"{mismatched[:20]}; outcomes {outcome}; compacted after {len(COMPACTED)} of "
         f"{len(MERGED)} merges; one pass in a single task {len(ONE_PASS_SINGLE_TASK)}, with the source "
-        f"broadcast {len(ONE_PASS_BROADCAST)}; {elapsed:.0f}s"
+        f"broadcast {len(ONE_PASS_BROADCAST)}; written directly {len(DIRECT)} (bet lost "
+        f"{len(DIRECT_FALLBACK)}); {elapsed:.0f}s"
     )
     return 1 if mismatched or counts["oracle_error"] else 0
 

@@ -15,6 +15,8 @@ import pytest
 
 from tests.differential.compare import (
     COMPACTED,
+    DIRECT,
+    DIRECT_FALLBACK,
     MERGED,
     ONE_PASS_BROADCAST,
     ONE_PASS_SINGLE_TASK,
@@ -70,3 +72,13 @@ def test_differential_cases_took_both_one_pass_joins():
         len(ONE_PASS_SINGLE_TASK),
         len(ONE_PASS_BROADCAST),
     )
+
+
+@pytest.mark.slow
+def test_differential_cases_took_the_direct_write_and_lost_the_bet():
+    """Among the cases above, some merges wrote their inserts directly (direct.py) and some bet
+    and lost (the write discarded, the merge run as usual), so the check covered both: only
+    cases whose source is a Parquet file can bet (compare.source_from_files)."""
+    if len(RAN) < CASES:
+        pytest.skip("run with the differential cases above (the whole module)")
+    assert len(DIRECT) >= 2 and len(DIRECT_FALLBACK) >= 2, (len(DIRECT), len(DIRECT_FALLBACK))

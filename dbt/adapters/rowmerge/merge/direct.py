@@ -15,8 +15,8 @@ likely to win and cheap to lose (:func:`direct_insert`):
 
 - an insert-only merge (no matched or not_matched_by_source clause), or one whose previous
   version was a merge that only inserted (an upsert of new keys, run after run);
-- the table's files have key ranges (file statistics), the change feed is off, the session
-  is classic (observed metrics), and the source's plan is estimated at most
+- the table's files have key ranges (file statistics), the session is classic (observed
+  metrics), and the source's plan is estimated at most
   :data:`DIRECT_SOURCE_BYTES`: its rows go out of one task (one file, as the usual path writes
   a small insert), which a source that reads a large table must not be squeezed into.
 
@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from .filestats import KeyRanges, indexed_columns, within_all_ranges
-from .journal import Entry
+from .journal import Entry, Staging
 from .outputs import PREFIX, enforce_constraints, inserts
 from .plan import MergePlan
 from .rewrite import ROWS_PER_INSERT_FILE, StagedFile, save_rows, spread_inserts, staged_files
@@ -64,12 +64,11 @@ def direct_insert(
     column_ranges: Sequence[tuple[KeyRanges, str]],
     newest: Entry | None,
     raw_source: DataFrame,
-    feed: bool,
 ) -> str | None:
     """The SQL of :func:`.filestats.within_all_ranges` over ``column_ranges`` (the files'
     ranges of each key column: :func:`.scan.key_column_ranges`) when the merge should bet on
     the direct write (see the module doc), else None."""
-    if feed or is_connect(spark) or not plan.not_matched or plan.not_matched_by_source:
+    if is_connect(spark) or not plan.not_matched or plan.not_matched_by_source:
         return None
     if plan.matched and not _only_inserted(newest):
         return None
@@ -101,13 +100,15 @@ def write_direct(
     plan: MergePlan,
     raw_source: DataFrame,
     inside: str,
-    staging: str,
+    staging: Staging,
     storage: Storage,
+    feed: bool,
 ) -> DirectInsert:
     """Read ``raw_source`` once: write into ``staging`` the inserts of its rows outside the
     files' ranges (``inside``: :func:`.filestats.within_all_ranges`), and count its rows,
     those with a NULL key and those inside. The caller discards the write when any row was
-    inside."""
+    inside. With ``feed`` the same job writes the inserts' change rows, as the usual path does
+    (:func:`.rewrite.feed_rows`), for :func:`.cdf.stamp_feed` to stamp."""
     aliased = raw_source.alias(plan.sa)
     aggs = [F.count(F.lit(1)).alias("n"), F.count(F.when(F.expr(inside), F.lit(1))).alias("inside")]
     if plan.key_pairs:
@@ -115,8 +116,9 @@ def write_direct(
         aggs.append(F.count(F.when(any_null, F.lit(1))).alias("null_keys"))
     observed = Observation(f"{PREFIX}direct_{uuid4().hex}")
     outside = aliased.observe(observed, *aggs).where(~F.expr(inside)).alias(plan.sa)
-    rows = spread_inserts(plan, enforce_constraints(plan, inserts(plan, outside)), 0, False)
-    listed = save_rows(spark, plan, rows, staging, None, ROWS_PER_INSERT_FILE)
+    rows = spread_inserts(plan, enforce_constraints(plan, inserts(plan, outside)), 0, feed)
+    feed_dir = staging.feed_rows_dir if feed else None
+    listed = save_rows(spark, plan, rows, staging.data_dir, feed_dir, ROWS_PER_INSERT_FILE)
     row: dict[str, Any] = observed.get
     found = int(row["inside"])
     staged = None

@@ -279,9 +279,7 @@ def _prepare(
     summaries = _summaries(plan, journal, snapshot, versions, initial, save_checkpoint=not dry)
     column_ranges = key_column_ranges(plan, summaries) if summaries is not None else []
     skipping = plan_skipping(plan, summaries, column_ranges) if summaries is not None else None
-    direct = (
-        None if dry else direct_insert(spark, plan, column_ranges, newest, raw_source, changes is not None)
-    )
+    direct = None if dry else direct_insert(spark, plan, column_ranges, newest, raw_source)
     version = journal.next_version(versions, target.name)
     commit = Commit(version, snapshot, changes, initial, commit_time, skipping, cluster_by, retention, direct)
     return plan, raw_source, commit
@@ -319,7 +317,9 @@ def _write_directly(
             "rowmerge: %s: writing the inserts of %s as it is read", plan.target.name, plan.spec.source
         )
         with timed(metrics, "rewriteTimeMs"):
-            found = write_direct(spark, plan, raw_source, commit.direct, staging.data_dir, journal.storage)
+            found = write_direct(
+                spark, plan, raw_source, commit.direct, staging, journal.storage, commit.changes is not None
+            )
         if found.staged is not None:
             kept = True
             return staging, found
@@ -355,8 +355,14 @@ def _commit_direct(
     check_source_rows(plan, found.num_rows, found.null_key_rows)
     stage = _Staged(staging)
     try:
+        feed: list[StagedFile] = []
+        if commit.changes is not None:
+            with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
+                feed = stamp_feed(
+                    spark, plan, staging.feed_rows_dir, staging.cdf_dir, journal.storage, commit.time
+                )
         return _commit_staged(
-            spark, plan, journal, lock, commit, metrics, stage, found.staged, [], {}, [], None, []
+            spark, plan, journal, lock, commit, metrics, stage, found.staged, [], {}, feed, None, []
         )
     finally:
         if not stage.committed:
