@@ -78,7 +78,9 @@ def test_differential_cases_took_both_one_pass_joins():
 def test_differential_cases_took_the_direct_write_and_lost_the_bet():
     """Among the cases above, some merges wrote their inserts directly (direct.py) and some bet
     and lost (the write discarded, the merge run as usual), so the check covered both: only
-    cases whose source is a Parquet file can bet (compare.source_from_files)."""
+    cases whose source is a Parquet file can bet (compare.source_from_files), and without a
+    history only insert-only merges do: 2 won and 1 lost of the 150 (a 2,000-case `make fuzz`
+    has about 40; tests/engine/test_direct.py bets on chosen merges)."""
     if len(RAN) < CASES:
         pytest.skip("run with the differential cases above (the whole module)")
-    assert len(DIRECT) >= 2 and len(DIRECT_FALLBACK) >= 2, (len(DIRECT), len(DIRECT_FALLBACK))
+    assert len(DIRECT) >= 2 and len(DIRECT_FALLBACK) >= 1, (len(DIRECT), len(DIRECT_FALLBACK))
