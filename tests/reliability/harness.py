@@ -56,6 +56,10 @@ class Shape:
     clauses: list[dict[str, Any]]
     partition_by: tuple[str, ...] = ()
     on: str = "t.id = s.id"
+    # The victim reads the source from a Parquet file (a size Spark estimates, so an insert of
+    # new keys is written directly: direct.py), not from rows in the driver.
+    source_from_file: bool = False
+    replaces_files: bool = True  # the merge replaces some file (its commit deletes one)
 
 
 def _files(start: int, count: int, per_file: int, p: int | None = None) -> list[list[tuple[Any, ...]]]:
@@ -121,7 +125,21 @@ NMBS_PARTITIONED = Shape(
     partition_by=("p",),
 )
 
-SHAPES = {s.name: s for s in (UPSERT, CDC, NMBS_PARTITIONED)}
+# New keys beyond the table's, read from a file: the merge bets on the direct write and wins
+# (one job writes the inserts and their change rows). Its commit replaces no file; the
+# compaction that follows (run with it) does.
+INSERT_NEW = Shape(
+    name="insert_new",
+    ddl="id bigint, v string, n int",
+    files=_files(1, 4, 5),
+    source_ddl="id bigint, v string, n int",
+    source_rows=[(30, "v30", 300), (31, "v31", 310), (0, "zero", 0)],
+    clauses=[{"when": "not_matched", "action": "insert", "values": "*"}],
+    source_from_file=True,
+    replaces_files=False,
+)
+
+SHAPES = {s.name: s for s in (UPSERT, CDC, NMBS_PARTITIONED, INSERT_NEW)}
 
 
 @dataclass(frozen=True)
@@ -201,6 +219,7 @@ def job(
         "source": {
             "ddl": shape.source_ddl,
             "rows": source_rows if source_rows is not None else shape.source_rows,
+            "from_file": shape.source_from_file,
         },
         "spec": spec(shape, table, f"src_{table.name.split('.')[1]}", **extra),
     }
@@ -508,7 +527,10 @@ def run_fault_injection(
     merge_steps = [*BEFORE_COMMIT, *commit_steps(steps)]
     compact_steps = [COMPACTION_STAGED, *commit_steps(steps, "compact_")] if compaction else []
     assert steps == merge_steps + compact_steps, steps
-    assert sum(s.startswith("move_") for s in steps) >= 2 and any(s.startswith("delete_") for s in steps)
+    assert sum(s.startswith("move_") for s in steps) >= 2, steps
+    assert any(s.startswith("delete_") for s in steps) == shape.replaces_files, steps
+    if shape.source_from_file:  # the merge took the direct write (direct.py)
+        assert (result_line(proc.stdout) or {})["metrics"]["directInsert"] == 1, proc.stdout[-3000:]
     if compaction:
         assert sum(s.startswith("compact_delete_") for s in steps) >= 2, steps
     clean = recover_and_observe(spark, table, shape, Outcome(0, proc.stdout, proc.stderr, False, False))

@@ -90,8 +90,16 @@ def register(spark: SparkSession, tables: list[dict[str, Any]]) -> None:
 
 
 def source(spark: SparkSession, job: dict[str, Any]) -> None:
+    """The source view: over the job's rows, or (``from_file``) over a Parquet file of them,
+    written once per source name under the job's root (each trial's table has its own)."""
     rows = [tuple(r) for r in job["source"]["rows"]]
-    spark.createDataFrame(rows, job["source"]["ddl"]).createOrReplaceTempView(job["spec"]["source"])
+    name = job["spec"]["source"]
+    frame = spark.createDataFrame(rows, job["source"]["ddl"])
+    if job["source"].get("from_file"):
+        path = f"{job['root']}/sources/{name}"
+        frame.coalesce(1).write.mode("overwrite").parquet(path)
+        frame = spark.read.parquet(path)
+    frame.createOrReplaceTempView(name)
 
 
 def merge(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
