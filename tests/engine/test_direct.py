@@ -126,7 +126,31 @@ def test_a_key_inside_the_ranges_discards_the_write_and_merges_as_usual(spark, d
     assert len(rows(spark, t)) == len(before) + 2
 
 
-def test_an_upsert_bets_only_after_a_merge_that_only_inserted(spark, db) -> None:
+def test_an_insert_of_keys_inside_the_ranges_loses_once_not_every_run(spark, db) -> None:
+    t = _table(spark, db)
+    m1 = merge(
+        spark, t, _view(spark, f"{db}_a", SCHEMA, [(5, "x"), (100, "a")]), INSERT_ONLY, auto_compact=False
+    )
+    assert (m1.metrics["directInsertFallback"], m1.metrics["numSourceRowsOutsideRanges"]) == (1, 1)
+    # The last merge's source lay partly inside: no bet.
+    m2 = merge(
+        spark, t, _view(spark, f"{db}_b", SCHEMA, [(7, "y"), (101, "b")]), INSERT_ONLY, auto_compact=False
+    )
+    assert (m2.metrics["directInsert"], m2.metrics["directInsertFallback"]) == (0, 0)
+    # Nor after this one, whose rows all lay outside as it counted them: the next merge bets.
+    m3 = merge(spark, t, _view(spark, f"{db}_c", SCHEMA, [(102, "c")]), INSERT_ONLY, auto_compact=False)
+    assert (m3.metrics["directInsert"], m3.metrics["numSourceRowsOutsideRanges"]) == (0, 1)
+    m4 = merge(spark, t, _view(spark, f"{db}_d", SCHEMA, [(103, "d")]), INSERT_ONLY, auto_compact=False)
+    assert (m4.metrics["directInsert"], m4.metrics["numSourceRowsOutsideRanges"]) == (1, 1)
+    assert rows(spark, t) == [(i, f"v{i}") for i in range(30)] + [
+        (100, "a"),
+        (101, "b"),
+        (102, "c"),
+        (103, "d"),
+    ]
+
+
+def test_an_upsert_bets_only_after_a_merge_whose_rows_lay_outside(spark, db) -> None:
     t = _table(spark, db)
     first = merge(spark, t, _view(spark, f"{db}_a", SCHEMA, [(100, "a")]), UPSERT, auto_compact=False)
     # Version 0 (the table as found) is no merge: the upsert runs as usual.

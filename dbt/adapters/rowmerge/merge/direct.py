@@ -13,8 +13,10 @@ usual path, which evaluates the source anew; nothing of the first evaluation is 
 commits still comes from one evaluation of the source. The bet is taken only where it is
 likely to win and cheap to lose (:func:`direct_insert`):
 
-- an insert-only merge (no matched or not_matched_by_source clause), or one whose previous
-  version was a merge that only inserted (an upsert of new keys, run after run);
+- when the previous version was a merge all of whose source rows lay outside the ranges (it
+  counts them: ``numSourceRowsOutsideRanges``), or, with no merge before it to tell (version
+  0, or an upkeep version after it), when the merge is insert-only: so a model whose keys
+  fall inside the ranges (random ids) loses the bet once, not every run;
 - the table's files have key ranges (file statistics), the session is classic (observed
   metrics), and the source's plan is estimated at most
   :data:`DIRECT_SOURCE_BYTES`: its rows go out of one task (one file, as the usual path writes
@@ -70,7 +72,7 @@ def direct_insert(
     the direct write (see the module doc), else None."""
     if is_connect(spark) or not plan.not_matched or plan.not_matched_by_source:
         return None
-    if plan.matched and not _only_inserted(newest):
+    if not _outside_before(plan, newest):
         return None
     inside = within_all_ranges(column_ranges)
     if inside is None or not 0 <= _estimated_bytes(raw_source) <= DIRECT_SOURCE_BYTES:
@@ -78,12 +80,15 @@ def direct_insert(
     return inside
 
 
-def _only_inserted(entry: Entry | None) -> bool:
-    """Whether ``entry`` is a merge that inserted rows and replaced no file."""
+def _outside_before(plan: MergePlan, entry: Entry | None) -> bool:
+    """Whether the newest version ``entry`` says the merge's keys likely lie outside the ranges:
+    it is a merge whose every source row did; without a merge to tell, an insert-only merge
+    assumes so."""
     if entry is None or entry.operation != "MERGE":
-        return False
+        return not plan.matched
     m = entry.metrics or {}
-    return int(m.get("numTargetRowsInserted") or 0) > 0 and not int(m.get("numTargetFilesRemoved") or 0)
+    rows = int(m.get("numSourceRows") or 0)
+    return rows > 0 and int(m.get("numSourceRowsOutsideRanges") or 0) == rows
 
 
 def _estimated_bytes(df: DataFrame) -> int:

@@ -49,6 +49,10 @@ COUNTER_NAMES = (
     # (or the job failed), so the write was discarded and the merge ran as usual.
     "directInsert",
     "directInsertFallback",
+    # Source rows whose keys lie outside all the files' ranges (on some key column), so they
+    # could match nothing, when the merge counted them (0 otherwise): what tells the next merge
+    # whether to bet on the direct write.
+    "numSourceRowsOutsideRanges",
     # Auto-compaction after the merge (optimize.py): the OPTIMIZE version it committed (0:
     # none), and the files it replaced and wrote.
     "compactVersion",

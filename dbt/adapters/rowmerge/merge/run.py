@@ -293,6 +293,8 @@ def _materialize(
     with timed(metrics, "materializeSourceTimeMs"):
         source = materialize(spark, plan, raw_source, commit.skipping.ranges if commit.skipping else ())
     metrics["numSourceRows"] = source.num_rows
+    if source.may_match_rows is not None:
+        metrics["numSourceRowsOutsideRanges"] = source.num_rows - source.may_match_rows
     return source
 
 
@@ -349,7 +351,7 @@ def _commit_direct(
 ) -> tuple[int, Entry | None]:
     """Phase 9 for the inserts :func:`_write_directly` staged (no file read, none replaced)."""
     assert found.staged is not None
-    metrics["numSourceRows"] = found.num_rows
+    metrics["numSourceRows"] = metrics["numSourceRowsOutsideRanges"] = found.num_rows
     metrics["directInsert"] = 1
     metrics["numTargetFilesBeforeSkipping"] = len(commit.snapshot)
     check_source_rows(plan, found.num_rows, found.null_key_rows)
