@@ -246,3 +246,15 @@ def test_no_bet_where_it_does_not_apply(spark, db, monkeypatch, why) -> None:
     m = merge(spark, t, src, INSERT_ONLY, auto_compact=False).metrics
     assert (m["directInsert"], m["directInsertFallback"], m["numTargetRowsInserted"]) == (0, 0, 1)
     assert rows(spark, t) == [(1, "a"), (5, "b"), (10, "n")]
+
+
+def test_the_evidence_is_read_through_the_compaction_that_followed_a_merge(spark, db) -> None:
+    # optimize_every 1: an OPTIMIZE version follows every merge; the bet looks at the merge.
+    t = _table(spark, db)
+    upkeep = {"optimize_every": 1, "target_file_size_mb": 1}
+    m1 = merge(spark, t, _view(spark, f"{db}_a", SCHEMA, [(100, "a")]), UPSERT, **upkeep).metrics
+    assert (m1["directInsert"], m1["numSourceRowsOutsideRanges"]) == (0, 1) and m1["compactVersion"] > 0
+    m2 = merge(spark, t, _view(spark, f"{db}_b", SCHEMA, [(101, "b")]), UPSERT, **upkeep).metrics
+    assert (m2["directInsert"], m2["numTargetRowsInserted"]) == (1, 1) and m2["compactVersion"] > 0
+    assert rows(spark, t) == [(i, f"v{i}") for i in range(30)] + [(100, "a"), (101, "b")]
+    assert [h["operation"] for h in history(spark, t)][:4] == ["OPTIMIZE", "MERGE", "OPTIMIZE", "MERGE"]

@@ -13,10 +13,10 @@ usual path, which evaluates the source anew; nothing of the first evaluation is 
 commits still comes from one evaluation of the source. The bet is taken only where it is
 likely to win and cheap to lose (:func:`direct_insert`):
 
-- when the previous version was a merge all of whose source rows lay outside the ranges (it
-  counts them: ``numSourceRowsOutsideRanges``), or, with no merge before it to tell (version
-  0, or an upkeep version after it), when the merge is insert-only: so a model whose keys
-  fall inside the ranges (random ids) loses the bet once, not every run;
+- when the previous merge (the newest version, or the one an auto-compaction followed) counted
+  every source row outside the ranges (``numSourceRowsOutsideRanges``), or, with no merge
+  before it to tell (version 0, a restore), when the merge is insert-only: so a model whose
+  keys fall inside the ranges (random ids) loses the bet once, not every run;
 - the table's files have key ranges (file statistics), the session is classic (observed
   metrics), and the source's plan is estimated at most
   :data:`DIRECT_SOURCE_BYTES`: its rows go out of one task (one file, as the usual path writes
@@ -64,15 +64,16 @@ def direct_insert(
     spark: SparkSession,
     plan: MergePlan,
     column_ranges: Sequence[tuple[KeyRanges, str]],
-    newest: Entry | None,
+    previous: Entry | None,
     raw_source: DataFrame,
 ) -> str | None:
     """The SQL of :func:`.filestats.within_all_ranges` over ``column_ranges`` (the files'
     ranges of each key column: :func:`.scan.key_column_ranges`) when the merge should bet on
-    the direct write (see the module doc), else None."""
+    the direct write (see the module doc), else None. ``previous``: the version of the merge
+    this one follows (:func:`.run._merge_before`)."""
     if is_connect(spark) or not plan.not_matched or plan.not_matched_by_source:
         return None
-    if not _outside_before(plan, newest):
+    if not _outside_before(plan, previous):
         return None
     inside = within_all_ranges(column_ranges)
     if inside is None or not 0 <= _estimated_bytes(raw_source) <= DIRECT_SOURCE_BYTES:
@@ -81,8 +82,8 @@ def direct_insert(
 
 
 def _outside_before(plan: MergePlan, entry: Entry | None) -> bool:
-    """Whether the newest version ``entry`` says the merge's keys likely lie outside the ranges:
-    it is a merge whose every source row did; without a merge to tell, an insert-only merge
+    """Whether the previous merge's version ``entry`` says the merge's keys likely lie outside the
+    ranges: every source row of that merge did; without a merge to tell, an insert-only merge
     assumes so."""
     if entry is None or entry.operation != "MERGE":
         return not plan.matched

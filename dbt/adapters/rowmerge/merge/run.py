@@ -66,7 +66,7 @@ from .feed_range import ChangesRange
 from .feed_range import resolve as resolve_range
 from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
 from .guards import check_deletes, check_source, check_source_rows
-from .journal import Entry, Journal, Recovery, Retention, Staging
+from .journal import Entry, EntryInvalid, Journal, Recovery, Retention, Staging
 from .lean_columns import lean_columns
 from .lock import TableLock
 from .metrics import DryRunReport, MergeMetrics, MergeResult, timed
@@ -279,10 +279,26 @@ def _prepare(
     summaries = _summaries(plan, journal, snapshot, versions, initial, save_checkpoint=not dry)
     column_ranges = key_column_ranges(plan, summaries) if summaries is not None else []
     skipping = plan_skipping(plan, summaries, column_ranges) if summaries is not None else None
-    direct = None if dry else direct_insert(spark, plan, column_ranges, newest, raw_source)
+    direct = (
+        None
+        if dry
+        else direct_insert(spark, plan, column_ranges, _merge_before(journal, versions, newest), raw_source)
+    )
     version = journal.next_version(versions, target.name)
     commit = Commit(version, snapshot, changes, initial, commit_time, skipping, cluster_by, retention, direct)
     return plan, raw_source, commit
+
+
+def _merge_before(journal: Journal, versions: Sequence[int], newest: Entry | None) -> Entry | None:
+    """The merge the next one follows: the newest version, or, when that is a compaction (an
+    auto-compaction commits right after the merge it compacts), the version before it; None
+    when the journal cannot say."""
+    if newest is None or newest.operation != "OPTIMIZE" or len(versions) < 2:  # noqa: PLR2004
+        return newest
+    try:
+        return journal.read_entry(versions[-2])
+    except EntryInvalid:
+        return None
 
 
 def _materialize(
