@@ -13,6 +13,7 @@ import pytest
 
 from dbt.adapters.rowmerge.merge import ConstraintViolation, history
 from dbt.adapters.rowmerge.merge import direct as direct_module
+from dbt.adapters.rowmerge.merge.notices import warnings_to
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -258,3 +259,33 @@ def test_the_evidence_is_read_through_the_compaction_that_followed_a_merge(spark
     assert (m2["directInsert"], m2["numTargetRowsInserted"]) == (1, 1) and m2["compactVersion"] > 0
     assert rows(spark, t) == [(i, f"v{i}") for i in range(30)] + [(100, "a"), (101, "b")]
     assert [h["operation"] for h in history(spark, t)][:4] == ["OPTIMIZE", "MERGE", "OPTIMIZE", "MERGE"]
+
+
+def test_an_empty_source_writes_nothing(spark, db) -> None:
+    t = _table(spark, db)
+    before = table_state(spark, t)
+    spark.sql(f"CREATE OR REPLACE TEMP VIEW {db}_src AS SELECT CAST(1 AS BIGINT) AS id, 'x' AS v WHERE false")
+    result = merge(spark, t, f"{db}_src", INSERT_ONLY, auto_compact=False)
+    assert (result.version, result.metrics["numSourceRows"], result.metrics["numTargetFilesAdded"]) == (
+        0,
+        0,
+        0,
+    )
+    assert table_state(spark, t) == before
+    assert _staged_leftovers(spark, t) == []
+
+
+def test_a_warning_raised_as_an_error_leaves_nothing_staged(spark, db) -> None:
+    # dbt's --warn-error turns the NULL-key warning into an error (notices.warnings_to): the
+    # direct write's staged files go with it, and the table is unchanged.
+    t = _table(spark, db)
+    before = table_state(spark, t)
+    src = _view(spark, f"{db}_src", SCHEMA, [(None, "n"), (100, "a")])
+
+    def raising(message: str) -> None:
+        raise RuntimeError(message)
+
+    with pytest.raises(RuntimeError, match="have a NULL in a key column"), warnings_to(raising):
+        merge(spark, t, src, INSERT_ONLY, auto_compact=False)
+    assert table_state(spark, t) == before
+    assert _staged_leftovers(spark, t) == []
