@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import reduce
 from typing import Any
 from uuid import uuid4
 
@@ -41,6 +40,7 @@ from .journal import Entry, Staging
 from .outputs import PREFIX, enforce_constraints, inserts
 from .plan import MergePlan
 from .rewrite import ROWS_PER_INSERT_FILE, StagedFile, save_rows, spread_inserts, staged_files
+from .source import row_counts
 from .storage import Storage, is_connect
 
 # A source whose plan Spark estimates at more bytes takes the usual path: the direct write
@@ -116,17 +116,13 @@ def write_direct(
     inside. With ``feed`` the same job writes the inserts' change rows, as the usual path does
     (:func:`.rewrite.feed_rows`), for :func:`.cdf.stamp_feed` to stamp."""
     aliased = raw_source.alias(plan.sa)
-    aggs = [F.count(F.lit(1)).alias("n"), F.count(F.when(F.expr(inside), F.lit(1))).alias("inside")]
-    if plan.key_pairs:
-        any_null = reduce(lambda a, b: a | b, [F.expr(e).isNull() for _, e in plan.key_pairs])
-        aggs.append(F.count(F.when(any_null, F.lit(1))).alias("null_keys"))
     observed = Observation(f"{PREFIX}direct_{uuid4().hex}")
-    outside = aliased.observe(observed, *aggs).where(~F.expr(inside)).alias(plan.sa)
+    outside = aliased.observe(observed, *row_counts(plan, inside)).where(~F.expr(inside)).alias(plan.sa)
     rows = spread_inserts(plan, enforce_constraints(plan, inserts(plan, outside)), 0, feed)
     feed_dir = staging.feed_rows_dir if feed else None
     listed = save_rows(spark, plan, rows, staging.data_dir, feed_dir, ROWS_PER_INSERT_FILE)
     row: dict[str, Any] = observed.get
-    found = int(row["inside"])
+    found = int(row["may_match"])
     staged = None
     if found == 0:
         fields = indexed_columns(plan.output_fields, list(plan.target.partition_columns))

@@ -375,12 +375,7 @@ def _commit_direct(
         # Inside: the NULL-key warning raises under dbt's --warn-error, and the staged
         # files must go with it.
         check_source_rows(plan, found.num_rows, found.null_key_rows)
-        feed: list[StagedFile] = []
-        if commit.changes is not None:
-            with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
-                feed = stamp_feed(
-                    spark, plan, staging.feed_rows_dir, staging.cdf_dir, journal.storage, commit.time
-                )
+        feed = _stamp_feed(spark, plan, journal, commit, staging, metrics)
         return _commit_staged(
             spark, plan, journal, lock, commit, metrics, stage, found.staged, [], {}, feed, None, []
         )
@@ -597,11 +592,7 @@ def _merge(
                     feed_dir=feed_dir,
                     groups=groups,
                 )
-        feed: list[StagedFile] = []
-        if feed_dir is not None and commit.changes is not None:
-            logger.info("rowmerge: %s: writing change feed rows to %s", target.name, commit.changes.name)
-            with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
-                feed = stamp_feed(spark, plan, feed_dir, staging.cdf_dir, journal.storage, commit.time)
+        feed = _stamp_feed(spark, plan, journal, commit, staging, metrics)
         removed: list[FileStats] = scan.touched if scan else []
         return _commit_staged(
             spark,
@@ -622,6 +613,23 @@ def _merge(
         release(scan)
         if not stage.committed:
             journal.discard(staging)
+
+
+def _stamp_feed(
+    spark: SparkSession,
+    plan: MergePlan,
+    journal: Journal,
+    commit: Commit,
+    staging: Staging,
+    metrics: MergeMetrics,
+) -> list[StagedFile]:
+    """Phase 8: with the change feed on, stamp the change rows the data write left in
+    ``staging`` (its feed rows folder) into the feed's files; none without it."""
+    if commit.changes is None:
+        return []
+    logger.info("rowmerge: %s: writing change feed rows to %s", plan.target.name, commit.changes.name)
+    with timed(metrics, "rewriteTimeMs"):  # the same phase: writing the commit's files
+        return stamp_feed(spark, plan, staging.feed_rows_dir, staging.cdf_dir, journal.storage, commit.time)
 
 
 @dataclass

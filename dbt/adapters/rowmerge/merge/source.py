@@ -155,6 +155,19 @@ def read_source(spark: SparkSession, name: str) -> DataFrame:
     return df
 
 
+def row_counts(plan: MergePlan, may_match: str | None) -> list[Column]:
+    """Aggregates of the source's rows (aliased as the source) that a merge observes as it reads
+    them: ``n`` rows; ``null_keys``, rows with a NULL in some `=` key of `on` (with key pairs);
+    ``may_match``, rows for which the SQL ``may_match`` holds (when given)."""
+    aggs = [F.count(F.lit(1)).alias("n")]
+    if plan.key_pairs:
+        any_null = reduce(lambda a, b: a | b, [F.expr(e).isNull() for _, e in plan.key_pairs])
+        aggs.append(F.count(F.when(any_null, F.lit(1))).alias("null_keys"))
+    if may_match is not None:
+        aggs.append(F.count(F.when(F.expr(may_match), F.lit(1))).alias("may_match"))
+    return aggs
+
+
 def materialize(
     spark: SparkSession,
     plan: MergePlan,
@@ -168,10 +181,12 @@ def materialize(
     """
     df = source.withColumn(SRC_PRESENT, F.lit(True)).withColumn(SRC_ID, F.monotonically_increasing_id())
     aliased = df.alias(plan.sa)
-    aggs = [F.count(F.lit(1)).alias("n")]
-    if plan.key_pairs:
-        any_null = reduce(lambda a, b: a | b, [F.expr(e).isNull() for _, e in plan.key_pairs])
-        aggs.append(F.count(F.when(any_null, F.lit(1))).alias("null_keys"))
+    # Between the lowest and the highest bound of each key's ranges: a row outside matches
+    # nothing, and the one-pass write inserts such rows without a join (see
+    # rewrite.inserts_by_statistics). A plain comparison, not the search below: per row, as a
+    # column, that search's code made the job's compiled loop too big for the JVM to compile.
+    may_match = within_all_ranges(ranges)
+    aggs = row_counts(plan, may_match)
     partition_cols = {c.lower() for c in plan.target.partition_columns}
     prunable = [
         (i, t, e) for i, (t, e) in enumerate(plan.key_pairs) if _prunable(plan.target.field(t).dataType)
@@ -191,13 +206,6 @@ def materialize(
             F.collect_set(hit).alias(name)
             for hit, name in zip(layer_hits(sexpr, kr), hit_columns[j], strict=True)
         ]
-    # Between the lowest and the highest bound of each key's ranges: a row outside matches
-    # nothing, and the one-pass write inserts such rows without a join (see
-    # rewrite.inserts_by_statistics). A plain comparison, not the search above: per row, as a
-    # column, that search's code made the job's compiled loop too big for the JVM to compile.
-    may_match = within_all_ranges(ranges)
-    if may_match is not None:
-        aggs.append(F.count(F.when(F.expr(may_match), F.lit(1))).alias("may_match"))
     if is_connect(spark):
         # Lazy: the statistics job below is the first to compute it, and checkpoints every
         # partition as it goes (one query instead of a count and then the statistics).
