@@ -63,6 +63,39 @@ def test_a_merges_calls_do_not_grow_with_the_tables_history(spark, db, monkeypat
     assert 0 < py4j <= 560 and 0 < catalog <= 11 and 0 < filesystem <= 70, upserts[-1]
 
 
+def test_the_change_feed_asks_the_catalog_twice_per_merge(spark, db) -> None:
+    """With the change feed a merge asks the metastore two more things: the change table's
+    entry, under the lock (its location, partitioning and columns), and to add the version's
+    partition, with that same entry (not a second request for it)."""
+    counts: dict[str, list[int]] = {"plain": [], "feed": []}
+    for kind in counts:
+        t = f"{db}.{kind}"
+        create_table(spark, t, "id long, v string", [[(0, "a"), (1, "b")], [(10, "c")]])
+        feed = {"change_data_feed": {"table": f"{db}.{kind}_changes"}} if kind == "feed" else {}
+        for i in range(3):
+            src = source_view(spark, f"{db}_{kind}{i}", "id long, v string", [(1, f"u{i}"), (20 + i, "x")])
+            counts[kind].append(
+                merge(spark, t, src, UPSERT, auto_compact=False, **feed).metrics["numCatalogCalls"]
+            )
+    # the first feed merge also creates the change table (a statement, then its entry)
+    assert [f - p for f, p in zip(counts["feed"][1:], counts["plain"][1:], strict=True)] == [2, 2], counts
+    # ...and every version's rows are there, in the partition the commit registered
+    spark.catalog.refreshTable(f"{db}.feed_changes")
+    found = sorted(
+        (r[4], r[2], r[0], r[1]) for r in spark.table(f"{db}.feed_changes").collect()
+    )  # (_commit_version, _change_type, id, v)
+    assert found == sorted(
+        row
+        for i in range(3)
+        for row in (
+            (i + 1, "update_preimage", 1, "b" if i == 0 else f"u{i - 1}"),
+            (i + 1, "update_postimage", 1, f"u{i}"),
+            (i + 1, "insert", 20 + i, "x"),
+        )
+    )
+    assert len(spark.sql(f"SHOW PARTITIONS {db}.feed_changes").collect()) == 3
+
+
 def test_inside_lean_columns_a_function_call_is_one_round_trip(spark) -> None:
     jvm = spark.sparkContext._jvm
     with lean_columns.lean_columns():

@@ -420,3 +420,60 @@ def test_a_session_that_read_the_change_table_sees_each_new_version_without_a_re
     for frame in (before, spark.table(f"{t}__changes")):
         got = sorted(tuple(r) for r in frame.select("id", "_change_type", "_commit_version").collect())
         assert got == [(1, "update_postimage", 1), (1, "update_preimage", 1), (5, "insert", 2)]
+
+
+@pytest.mark.parametrize("single_task", [True, False], ids=["single_task", "broadcast"])
+def test_cdf_every_change_type_with_names_that_need_quoting(spark, db, single_task):
+    """The write routes each row to the table's files and the feed by one SQL expression
+    (rewrite._routed): columns named with a space, a dot, a backtick and a non-ASCII letter
+    keep their values in every output. Files 1 and 3 are touched and file 2 is not, so the
+    write also carries each row's task group (two groups of key neighbours)."""
+    from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
+
+    token = SINGLE_TASK_ROWS.set(SINGLE_TASK_ROWS.get() if single_task else 0)
+    try:
+        t = f"{db}.odd"
+        schema = "id long, `v w` string, `a.b` int, `q``x` string, `é` double"
+        data = [
+            [(1, "a", 10, "x1", 1.5), (2, "b", 20, "x2", 2.5)],
+            [(3, "c", 30, "x3", 3.5)],
+            [(7, "g", 70, "x7", 7.5)],
+        ]
+        create_table(spark, t, schema, data)
+        src = source_view(
+            spark,
+            f"{db}_odd",
+            schema + ", op string",
+            [
+                (1, "-", 0, "-", 0.0, "D"),
+                (2, "B", 21, "y2", 2.0, "U"),
+                (7, "G", 71, "y7", 7.0, "U"),
+                (9, "z", 90, "y9", 9.0, "I"),
+            ],
+        )
+        clauses = [{"when": "matched", "condition": "s.op = 'D'", "action": "delete"}, UPDATE_ALL, INSERT_ALL]
+        result = merge(spark, t, src, clauses, **feed(t))
+        assert result.metrics["onePassSingleTask"] == int(single_task)
+        assert rows(spark, t) == [
+            (2, "B", 21, "y2", 2.0),
+            (3, "c", 30, "x3", 3.5),
+            (7, "G", 71, "y7", 7.0),
+            (9, "z", 90, "y9", 9.0),
+        ]
+        assert changes(spark, t) == expect(
+            (1, "a", 10, "x1", 1.5, "delete", 1),
+            (2, "b", 20, "x2", 2.5, "update_preimage", 1),
+            (2, "B", 21, "y2", 2.0, "update_postimage", 1),
+            (7, "g", 70, "x7", 7.5, "update_preimage", 1),
+            (7, "G", 71, "y7", 7.0, "update_postimage", 1),
+            (9, "z", 90, "y9", 9.0, "insert", 1),
+        )
+        assert [c.name for c in spark.table(f"{t}__changes").schema.fields][:5] == [
+            "id",
+            "v w",
+            "a.b",
+            "q`x",
+            "é",
+        ]
+    finally:
+        SINGLE_TASK_ROWS.reset(token)

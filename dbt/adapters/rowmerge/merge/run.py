@@ -705,7 +705,8 @@ def _commit_staged(
         stage.committed = True
         faults.fault_point("entry")
         try:
-            journal.apply(spark, entry, target, prepared=True)
+            feed_entry = commit.changes.catalog_entry if commit.changes else None
+            journal.apply(spark, entry, target, prepared=True, feed_entry=feed_entry)
         except Exception as exc:
             raise MergeCommittedError(target.name, entry.version, exc) from exc
     return commit.version, entry

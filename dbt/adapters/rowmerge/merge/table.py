@@ -190,6 +190,10 @@ class Description:
     full_name: tuple[str, ...] = ()  # catalog, namespace..., table (empty if the catalog gave none)
     properties: tuple[tuple[str, str], ...] = ()  # TBLPROPERTIES the table was given
     comment: str | None = None
+    # The session catalog's entry (a JVM CatalogTable) it was read from, or None (the
+    # statement's JSON): what adding a partition needs, so a commit that registers one just
+    # after describing the table under its lock asks the metastore once, not twice.
+    catalog_entry: Any = field(default=None, compare=False, repr=False)
 
 
 def describe_table(spark: SparkSession, ident: str) -> Description:
@@ -302,6 +306,7 @@ def _entry_description(jvm: Any, entry: Any, full_name: tuple[str, ...]) -> Desc
         full_name=full_name,
         properties=tuple(sorted(json.loads(as_json(collections.asJava(properties))).items())),
         comment=shown.get("Comment"),
+        catalog_entry=entry,
     )
 
 
@@ -514,15 +519,19 @@ def partition_values(rel: str) -> list[tuple[str, str]]:
     return out
 
 
-def register_partitions(spark: SparkSession, ident: str, partitions: list[str]) -> None:
-    """Add partition directories a merge created to the catalog (no-op if already there)."""
+def register_partitions(
+    spark: SparkSession, ident: str, partitions: list[str], catalog_entry: Any = None
+) -> None:
+    """Add partition directories a merge created to the catalog (no-op if already there).
+    ``catalog_entry``: the table's catalog entry as this writer read it under its lock
+    (:attr:`Description.catalog_entry`), so the catalog is not asked for it again."""
     if not partitions:
         return
     if any(HIVE_DEFAULT_PARTITION in p for p in partitions):
         catalog_sql(spark, f"ALTER TABLE {ident} RECOVER PARTITIONS")
         return
     values = [partition_values(rel) for rel in partitions]
-    if _add_in_catalog(spark, ident, values):
+    if _add_in_catalog(spark, ident, values, catalog_entry):
         return
     specs = [
         "PARTITION (" + ", ".join(f"{quote(k)} = {sql_string(v)}" for k, v in kvs) + ")" for kvs in values
@@ -532,7 +541,9 @@ def register_partitions(spark: SparkSession, ident: str, partitions: list[str]) 
         catalog_sql(spark, f"ALTER TABLE {ident} ADD IF NOT EXISTS {' '.join(specs[i : i + 100])}")
 
 
-def _add_in_catalog(spark: SparkSession, ident: str, values: list[list[tuple[str, str]]]) -> bool:
+def _add_in_catalog(
+    spark: SparkSession, ident: str, values: list[list[tuple[str, str]]], catalog_entry: Any = None
+) -> bool:
     """Add partitions (``values``: each one's folder names and values) through the session's
     external catalog, as ``ALTER TABLE ... ADD IF NOT EXISTS PARTITION`` does at its core; True
     if added (or already there).
@@ -549,6 +560,8 @@ def _add_in_catalog(spark: SparkSession, ident: str, values: list[list[tuple[str
     False where this path does not apply, and then the caller runs the statement: Spark
     Connect (no JVM here), a table outside the session catalog, folder names that are not
     exactly the table's partition columns, or a Spark whose catalog classes differ.
+    ``catalog_entry`` (the table's CatalogTable, read under the writer's lock) saves the
+    request for the table's entry: its partition columns and storage format are all it gives.
     """
     if is_connect(spark):
         return False
@@ -565,8 +578,10 @@ def _add_in_catalog(spark: SparkSession, ident: str, values: list[list[tuple[str
     try:
         jvm = spark.sparkContext._jvm
         external = spark._jsparkSession.sharedState().externalCatalog()
-        calls.catalog_call()
-        table = external.getTable(database, name)
+        table = catalog_entry
+        if table is None:
+            calls.catalog_call()
+            table = external.getTable(database, name)
         columns = {str(c).lower(): str(c) for c in _scala_list(table.partitionColumnNames())}
         specs = []
         for kvs in values:

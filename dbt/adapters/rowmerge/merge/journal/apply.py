@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
@@ -70,12 +71,19 @@ class Journal(Writer):
     """The journal of one table."""
 
     def apply(
-        self, spark: SparkSession, entry: Entry, target: TargetTable, prepared: bool = False, steps: str = ""
+        self,
+        spark: SparkSession,
+        entry: Entry,
+        target: TargetTable,
+        prepared: bool = False,
+        steps: str = "",
+        feed_entry: Any = None,
     ) -> None:
         """Roll ``entry`` forward on ``target``; repeatable. Call :meth:`check` first.
 
         ``prepared``: the committing writer has just added the entry's columns and checked its
-        change table (before the commit point), so the catalog need not be asked again.
+        change table (before the commit point), so the catalog need not be asked again;
+        ``feed_entry``: that change table's catalog entry as the writer read it then.
         ``steps``: a prefix for the names of its steps (faults.py), so a test can stop the apply
         of a compaction that follows a merge apart from the merge's own.
         """
@@ -93,7 +101,7 @@ class Journal(Writer):
         # the catalog sees every row throughout (old and new versions side by side at worst).
         register_partitions(spark, target.ident, list(entry.partitions))
         if cdf and feed_ident:
-            register_partitions(spark, feed_ident, [cdf.partition])
+            register_partitions(spark, feed_ident, [cdf.partition], feed_entry if prepared else None)
         faults.fault_point(f"{steps}registered")
         for i, f in enumerate(entry.removed):
             if entry.retains:
