@@ -172,6 +172,36 @@ def test_an_upsert_bets_only_after_a_merge_whose_rows_lay_outside(spark, db) -> 
     assert _staged_leftovers(spark, t) == []
 
 
+def test_a_table_of_one_file_keeps_the_evidence_of_its_merges(spark, db) -> None:
+    """In a table of one file no key's range rules a file out, so the usual path plans no file
+    skipping; it still counts the source rows inside the file's range, so an upsert of new keys
+    bets after an upsert of new keys, and an insert after a lost bet bets again."""
+    t = f"{db}.one"
+    create_table(spark, t, SCHEMA, [[(i, f"v{i}") for i in range(10)]])
+    first = merge(spark, t, _view(spark, f"{db}_a", SCHEMA, [(100, "a")]), UPSERT, auto_compact=False)
+    assert (first.metrics["directInsert"], first.metrics["numSourceRows"]) == (0, 1)
+    assert first.metrics["numSourceRowsOutsideRanges"] == 1
+    second = merge(spark, t, _view(spark, f"{db}_b", SCHEMA, [(101, "b")]), UPSERT, auto_compact=False)
+    assert (second.metrics["directInsert"], second.metrics["numTargetRowsInserted"]) == (1, 1)
+    # An insert of a key inside the ranges loses its bet; the usual path counts the row inside.
+    third = merge(
+        spark, t, _view(spark, f"{db}_c", SCHEMA, [(5, "dup"), (102, "c")]), INSERT_ONLY, auto_compact=False
+    )
+    assert (third.metrics["directInsert"], third.metrics["directInsertFallback"]) == (0, 1)
+    assert (third.metrics["numSourceRows"], third.metrics["numSourceRowsOutsideRanges"]) == (2, 1)
+    # Not every row lay outside: the next insert does not bet, and counts its rows again...
+    fourth = merge(spark, t, _view(spark, f"{db}_d", SCHEMA, [(103, "d")]), INSERT_ONLY, auto_compact=False)
+    assert (fourth.metrics["directInsert"], fourth.metrics["directInsertFallback"]) == (0, 0)
+    assert fourth.metrics["numSourceRowsOutsideRanges"] == 1
+    # ...so the one after it bets again.
+    fifth = merge(spark, t, _view(spark, f"{db}_e", SCHEMA, [(104, "e")]), INSERT_ONLY, auto_compact=False)
+    assert fifth.metrics["directInsert"] == 1
+    assert third.metrics["numTargetRowsInserted"] == 1  # key 5 matched: an insert-only merge leaves it
+    expected = [(i, f"v{i}") for i in range(10)]
+    assert rows(spark, t) == _sorted(expected + [(100, "a"), (101, "b"), (102, "c"), (103, "d"), (104, "e")])
+    assert _staged_leftovers(spark, t) == []
+
+
 def test_conditions_null_keys_and_partitions(spark, db) -> None:
     t = _table(spark, db, partitioned=True)
     before = rows(spark, t)

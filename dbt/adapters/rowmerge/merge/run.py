@@ -64,7 +64,7 @@ from .errors import (
 )
 from .feed_range import ChangesRange
 from .feed_range import resolve as resolve_range
-from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable
+from .filestats import MAX_SKIPPING_FILES, FileSummary, indexable, within_all_ranges
 from .guards import check_deletes, check_source, check_source_rows
 from .journal import Entry, Journal, Recovery, Retention, Staging
 from .lean_columns import lean_columns
@@ -173,6 +173,10 @@ class Commit:
     # SQL over the source's alias, true where a row's keys lie inside the files' ranges, when
     # the merge bets that no row does and writes the inserts as it reads the source (direct.py)
     direct: str | None = None
+    # The same SQL whenever every file's range of some key is known, with or without the bet:
+    # the source's statistics count the rows it holds for (numSourceRowsOutsideRanges), the
+    # evidence the next merge bets on, also where no key's ranges rule a file out (one file)
+    bounds: str | None = None
 
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
@@ -285,7 +289,10 @@ def _prepare(
         else direct_insert(spark, plan, column_ranges, _merge_before(journal, versions, newest), raw_source)
     )
     version = journal.next_version(versions, target.name)
-    commit = Commit(version, snapshot, changes, initial, commit_time, skipping, cluster_by, retention, direct)
+    bounds = within_all_ranges(column_ranges)
+    commit = Commit(
+        version, snapshot, changes, initial, commit_time, skipping, cluster_by, retention, direct, bounds
+    )
     return plan, raw_source, commit
 
 
@@ -307,7 +314,8 @@ def _materialize(
     """Phase 5: the source checkpointed, with its statistics (source.py)."""
     logger.info("rowmerge: %s: materializing the source %s", plan.target.name, plan.spec.source)
     with timed(metrics, "materializeSourceTimeMs"):
-        source = materialize(spark, plan, raw_source, commit.skipping.ranges if commit.skipping else ())
+        ranges = commit.skipping.ranges if commit.skipping else ()
+        source = materialize(spark, plan, raw_source, ranges, commit.bounds)
     metrics["numSourceRows"] = source.num_rows
     if source.may_match_rows is not None:
         metrics["numSourceRowsOutsideRanges"] = source.num_rows - source.may_match_rows

@@ -173,11 +173,15 @@ def materialize(
     plan: MergePlan,
     source: DataFrame,
     ranges: Sequence[tuple[KeyRanges, str]] = (),
+    bounds: str | None = None,
 ) -> MaterializedSource:
     """Checkpoint ``source`` and gather its row count and per-key pruning statistics.
 
     ``ranges``: (the target files' ranges of a key column, the source expression it equals);
     the same job finds the files each one's values fall in, so skipping costs no extra job.
+    ``bounds``: where ``ranges`` is empty (no key's ranges rule a file out, as in a table of
+    one file), SQL of :func:`.filestats.within_all_ranges` over every key's ranges, so the
+    rows inside them are counted all the same.
     """
     df = source.withColumn(SRC_PRESENT, F.lit(True)).withColumn(SRC_ID, F.monotonically_increasing_id())
     aliased = df.alias(plan.sa)
@@ -185,7 +189,7 @@ def materialize(
     # nothing, and the one-pass write inserts such rows without a join (see
     # rewrite.inserts_by_statistics). A plain comparison, not the search below: per row, as a
     # column, that search's code made the job's compiled loop too big for the JVM to compile.
-    may_match = within_all_ranges(ranges)
+    may_match = within_all_ranges(ranges) if ranges else bounds
     aggs = row_counts(plan, may_match)
     partition_cols = {c.lower() for c in plan.target.partition_columns}
     prunable = [
