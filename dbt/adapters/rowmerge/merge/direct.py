@@ -27,7 +27,6 @@ A lost bet costs the job that read the source; the usual path's two jobs follow.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
@@ -35,7 +34,7 @@ from uuid import uuid4
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from .filestats import KeyRanges, indexed_columns, within_all_ranges
+from .filestats import indexed_columns
 from .journal import Entry, Staging
 from .outputs import PREFIX, enforce_constraints, inserts
 from .plan import MergePlan
@@ -63,20 +62,19 @@ class DirectInsert:
 def direct_insert(
     spark: SparkSession,
     plan: MergePlan,
-    column_ranges: Sequence[tuple[KeyRanges, str]],
+    inside: str | None,
     previous: Entry | None,
     raw_source: DataFrame,
 ) -> str | None:
-    """The SQL of :func:`.filestats.within_all_ranges` over ``column_ranges`` (the files'
-    ranges of each key column: :func:`.scan.key_column_ranges`) when the merge should bet on
-    the direct write (see the module doc), else None. ``previous``: the version of the merge
-    this one follows (:func:`.run._merge_before`)."""
-    if is_connect(spark) or not plan.not_matched or plan.not_matched_by_source:
+    """``inside`` (the SQL of :func:`.filestats.within_all_ranges` over every key column's
+    files' ranges, None where none bounds every file) when the merge should bet on the direct
+    write (see the module doc), else None. ``previous``: the version of the merge this one
+    follows (:func:`.run._merge_before`)."""
+    if inside is None or is_connect(spark) or not plan.not_matched or plan.not_matched_by_source:
         return None
     if not _outside_before(plan, previous):
         return None
-    inside = within_all_ranges(column_ranges)
-    if inside is None or not 0 <= _estimated_bytes(raw_source) <= DIRECT_SOURCE_BYTES:
+    if not 0 <= _estimated_bytes(raw_source) <= DIRECT_SOURCE_BYTES:
         return None
     return inside
 

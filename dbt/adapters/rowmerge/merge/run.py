@@ -173,9 +173,9 @@ class Commit:
     # SQL over the source's alias, true where a row's keys lie inside the files' ranges, when
     # the merge bets that no row does and writes the inserts as it reads the source (direct.py)
     direct: str | None = None
-    # The same SQL whenever every file's range of some key is known, with or without the bet:
-    # the source's statistics count the rows it holds for (numSourceRowsOutsideRanges), the
-    # evidence the next merge bets on, also where no key's ranges rule a file out (one file)
+    # The same SQL whenever every file's range of some key is known, bet or not: the source's
+    # statistics count the rows inside (numSourceRowsOutsideRanges: the evidence the next merge
+    # bets on), also where no key's ranges rule a file out (a table of one file)
     bounds: str | None = None
 
 
@@ -283,13 +283,13 @@ def _prepare(
     summaries = _summaries(plan, journal, snapshot, versions, initial, save_checkpoint=not dry)
     column_ranges = key_column_ranges(plan, summaries) if summaries is not None else []
     skipping = plan_skipping(plan, summaries, column_ranges) if summaries is not None else None
+    bounds = within_all_ranges(column_ranges)
     direct = (
         None
         if dry
-        else direct_insert(spark, plan, column_ranges, _merge_before(journal, versions, newest), raw_source)
+        else direct_insert(spark, plan, bounds, _merge_before(journal, versions, newest), raw_source)
     )
     version = journal.next_version(versions, target.name)
-    bounds = within_all_ranges(column_ranges)
     commit = Commit(
         version, snapshot, changes, initial, commit_time, skipping, cluster_by, retention, direct, bounds
     )
