@@ -16,7 +16,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeError
-from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
+from dbt.adapters.rowmerge.merge.rewrite import (
+    SINGLE_PARTITION_CONF,
+    SINGLE_PARTITION_DEFAULT,
+    SINGLE_TASK_ROWS,
+)
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -363,6 +367,89 @@ def test_small_one_pass_upsert_with_the_change_feed_is_three_jobs(spark, db) -> 
         (4, "D", "update_postimage"),
         (4, "d", "update_preimage"),
         (9, "i", "insert"),
+    ]
+
+
+# -- tables whose key ranges rule out no file --------------------------------------------------
+
+
+def test_a_table_of_one_file_is_rewritten_in_one_pass(spark, db) -> None:
+    """One file's range rules nothing out, so nothing is skipped; the merge still bets that it
+    touches the file and rewrites it in the one job that joins (no scan before it)."""
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b"), (3, "c")]])
+    src = source_view(spark, f"{db}_src", "id long, v string", [(2, "B"), (9, "i")])
+    result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, UPSERT, auto_compact=False))
+    m = result.metrics
+    assert rows(spark, t) == [(1, "a"), (2, "B"), (3, "c"), (9, "i")]
+    assert (m["onePass"], m["onePassSingleTask"], m["onePassFallback"], m["scanTimeMs"], jobs) == (
+        1,
+        1,
+        0,
+        0,
+        2,
+    )
+    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"], m["numTargetRowsCopied"]) == (1, 1, 2)
+
+
+def test_a_table_whose_ranges_overlap_bets_again_only_after_a_merge_touched_every_file(spark, db) -> None:
+    """Both files span the same keys, so every merge reads both. A merge of new keys among
+    them touches neither: it loses the bet (the one-pass write is thrown away, the scan
+    decides), and the next merge scans first instead of betting; it bets again after a merge
+    that rewrote every file of the table."""
+    t = f"{db}.t"
+    create_table(
+        spark, t, "id long, v string", [[(1, "a"), (5, "e"), (9, "i")], [(2, "b"), (6, "f"), (8, "h")]]
+    )
+
+    def upsert(values: list[tuple[int, str]]) -> dict:
+        src = source_view(spark, f"{db}_src", "id long, v string", values)
+        return merge(spark, t, src, UPSERT, auto_compact=False).metrics
+
+    def bet(m: dict) -> tuple[int, int]:
+        return (m.get("onePass", 0), m.get("onePassFallback", 0))
+
+    m = upsert([(4, "d"), (7, "g")])  # new keys only, inside both files' ranges: lost
+    assert (bet(m), m["numTargetFilesRemoved"], m["numTargetFilesAdded"]) == ((0, 1), 0, 1)
+    m = upsert([(5, "E"), (6, "F"), (4, "D")])  # no bet after a lost one; touches every file
+    assert bet(m) == (0, 0)
+    assert m["numTargetFilesRemoved"] == m["numTargetFilesBeforeSkipping"] == 3
+    everything = [(k, v.upper() + "2") for k, v in rows(spark, t)]
+    assert bet(upsert(everything)) == (1, 0)  # every file touched before: bets, and wins
+    assert rows(spark, t) == sorted(everything)
+
+
+def test_the_single_task_join_stays_in_one_task_whatever_spark_estimates(spark, db) -> None:
+    """Spark estimates the candidates as the whole table (here, through the compression factor,
+    terabytes) and would spread a side it thinks that large over shuffle tasks: the write is
+    planned with that limit lifted, and the session's own setting is back afterwards."""
+    t = four_files(spark, db)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (4, "D"), (9, "i")])
+    spark.conf.set("spark.sql.sources.fileCompressionFactor", "1000000000")
+    try:
+        result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, UPSERT, auto_compact=False))
+        assert spark.conf.get(SINGLE_PARTITION_CONF) == SINGLE_PARTITION_DEFAULT
+        # A session that sets its own limit keeps it: Spark then shuffles, the rows are the same.
+        spark.conf.set(SINGLE_PARTITION_CONF, "1k")
+        src2 = source_view(spark, f"{db}_src2", "id long, v string", [(1, "A2"), (4, "D2")])
+        shuffled, jobs2 = spark_jobs(spark, lambda: merge(spark, t, src2, UPSERT, auto_compact=False))
+        assert spark.conf.get(SINGLE_PARTITION_CONF) == "1k"
+    finally:
+        spark.conf.unset("spark.sql.sources.fileCompressionFactor")
+        spark.conf.unset(SINGLE_PARTITION_CONF)
+    assert (result.metrics["onePassSingleTask"], jobs) == (1, 2)
+    assert (shuffled.metrics["onePassSingleTask"], shuffled.metrics["onePassFallback"]) == (1, 0)
+    assert jobs2 > 2  # the exchanges' stages
+    assert rows(spark, t) == [
+        (1, "A2"),
+        (2, "b"),
+        (3, "c"),
+        (4, "D2"),
+        (5, "e"),
+        (6, "f"),
+        (7, "g"),
+        (8, "h"),
+        (9, "i"),
     ]
 
 

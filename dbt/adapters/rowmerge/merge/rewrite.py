@@ -15,7 +15,7 @@ from __future__ import annotations
 import posixpath
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import reduce
@@ -23,7 +23,7 @@ from uuid import uuid4
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructField
 
 from .filestats import FileSummary, indexed_columns, summarize_files
 from .journal.layout import TASK_GROUP
@@ -37,7 +37,6 @@ from .outputs import (
     PREFIX,
     PREIMAGE,
     ROW,
-    SIZE,
     SRC_ID,
     acting,
     chosen,
@@ -52,7 +51,7 @@ from .outputs import (
 )
 from .plan import MergePlan
 from .scan import ScanResult, Skipping, target_frame
-from .source import MaterializedSource, estimated_bytes
+from .source import MaterializedSource
 from .sqltext import sql_type
 from .storage import Storage
 
@@ -70,8 +69,14 @@ DATA = "data"
 # sorts the rest), and copies no row into a sorter.
 CONCURRENT_WRITERS_CONF = "spark.sql.maxConcurrentOutputFileWriters"
 CONCURRENT_WRITERS = 16
-_writers_lock = threading.Lock()
-_writers_users: dict[int, tuple[int, bool]] = {}  # id(session) -> (merges writing, set by them)
+# Spark shuffles a single-partition side of a join that it estimates above this session
+# setting (128 MB), to spread it over tasks; the single-task join must stay in its one task.
+SINGLE_PARTITION_CONF = "spark.sql.maxSinglePartitionBytes"
+SINGLE_PARTITION_DEFAULT = "134217728b"  # how the session reads Spark's default, 128m
+NO_SINGLE_PARTITION_LIMIT = f"{2**63 - 1}b"  # every estimate, also "unknown" (Long.MaxValue)
+_settings_lock = threading.Lock()
+# (id(session), setting) -> (merges writing with it, whether they set it)
+_settings_users: dict[tuple[int, str], tuple[int, bool]] = {}
 
 # Inserts into an unpartitioned table go into files of about this many rows.
 ROWS_PER_INSERT_FILE = 1_000_000
@@ -81,8 +86,6 @@ ROWS_PER_INSERT_FILE = 1_000_000
 # rows (the benchmark's 10M-row table has 156,000 per file). A context variable, so a test (the
 # differential fuzz runs merges in threads) can send one merge down either path.
 SINGLE_TASK_ROWS: ContextVar[int] = ContextVar("rowmerge_single_task_rows", default=250_000)
-# ... and Spark's estimate of them (see single_task_join) at most half its single-partition limit.
-SINGLE_PARTITION_BYTES = 64 * 1024 * 1024
 # The one-pass write with the source broadcast takes its inserts from statistics when at most
 # this many source rows have keys inside the files' ranges (see inserts_by_statistics): the
 # write collects the ids of those that matched, and a set of this many stays small in a task.
@@ -155,29 +158,16 @@ def _task_group() -> Column:
     return F.when(file.isNotNull(), F.xxhash64(file).bitwiseAND(F.lit(2**63 - 1))).alias(TASK_GROUP)
 
 
-def single_task(plan: MergePlan, source: MaterializedSource, candidate_rows: int) -> bool:
+def single_task(source: MaterializedSource, candidate_rows: int) -> bool:
     """Whether a one-pass merge joins its candidates and source in one task (see
-    :func:`single_task_join`): when both together are small enough for one task, and small
-    enough in Spark's estimate (:func:`_row_hint`) for Spark to keep them in one partition."""
-    if candidate_rows + source.num_rows > SINGLE_TASK_ROWS.get():
-        return False
-    metadata = [StructField(FILE, StringType()), StructField(ROW, LongType()), StructField(SIZE, LongType())]
-    target_schema = StructType([*plan.target.schema.fields, *metadata])
-    estimate = estimated_bytes(target_schema, _row_hint(candidate_rows))
-    estimate += estimated_bytes(source.df.schema, _row_hint(source.num_rows))
-    return estimate <= SINGLE_PARTITION_BYTES
-
-
-def _row_hint(rows: int) -> int:
-    """The row count a side of :func:`single_task_join` is limited to: twice what it holds, so
-    the limit can never cut a row off (see there)."""
-    return 2 * rows + 1
+    :func:`single_task_join`): when both together are small enough for one task."""
+    return candidate_rows + source.num_rows <= SINGLE_TASK_ROWS.get()
 
 
 def single_task_join(
-    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str], candidate_rows: int
+    spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str]
 ) -> DataFrame:
-    """The rows of ``touched`` files (``candidate_rows`` in all, per the journal) FULL OUTER
+    """The rows of ``touched`` files FULL OUTER
     JOIN the source, each side in one partition.
 
     A small merge pays for Spark jobs more than for rows. The broadcast join reads the touched
@@ -189,22 +179,18 @@ def single_task_join(
 
     Two things keep Spark from planning it otherwise. The sort-merge hint: the rewrite keeps
     only rows with a target row, which turns its join into a left outer one, and Spark would
-    broadcast a small source for that, a job again. And a limit on each side, to twice the rows
-    it holds: Spark keeps two single-partition sides in one partition only if its estimate of
-    each is at most ``spark.sql.maxSinglePartitionBytes`` (128 MB), and without the limit it
-    estimates the candidates as the whole table and the source as whatever it was computed
-    from; a limit is estimated from its row count. It cuts nothing: the source's count is
-    exact, and if the candidate files held more rows than the journal says, the join would
-    produce other than that many rows and the one-pass write would be thrown away (see
-    :func:`.scan.one_pass_applies`).
+    broadcast a small source for that, a job again. And the sizes Spark sees: it keeps
+    single-partition sides in their partition only if its estimate of each is at most
+    ``spark.sql.maxSinglePartitionBytes`` (128 MB). It estimates the candidates as the whole
+    table, so the write is planned under :func:`single_partitions_kept`, which lifts the
+    limit. The source it may not know the size of at all (a checkpoint of a view), and no
+    limit lifts "unknown": the source is limited to twice its rows, which a LIMIT's estimate
+    is computed from. That cuts nothing (its count is exact). The candidates are not limited
+    (by the journal's row count) for the same reason: a LIMIT takes the rows out of the
+    Parquet reader's batches one at a time, a third of the task's time for a file.
     """
-    target = (
-        target_frame(spark, plan)
-        .where(F.col(FILE).isin(touched))
-        .coalesce(1)
-        .limit(_row_hint(candidate_rows))
-    )
-    src = source.df.coalesce(1).limit(_row_hint(source.num_rows))
+    target = target_frame(spark, plan).where(F.col(FILE).isin(touched)).coalesce(1)
+    src = source.df.coalesce(1).limit(2 * source.num_rows + 1)
     return target.alias(plan.ta).hint("merge").join(src.alias(plan.sa), plan.on, "full_outer")
 
 
@@ -333,7 +319,7 @@ def single_task_rows(
     only on its own rows. The rows leave in the join's key order, inserts among them;
     ``grouped``: each with its task group (:func:`_task_group`).
     """
-    joined = single_task_join(spark, plan, source, touched, one_pass.candidate_rows)
+    joined = single_task_join(spark, plan, source, touched)
     present = F.col(q(plan.ta, FILE)).isNotNull()
     rows = decide(plan, joined, ["matched"], acts=True, only={"matched": present})
     # The target side first, under names of the engine's own: the not_matched clauses are
@@ -537,7 +523,8 @@ def write_changes(
     counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     cap = rewrite_file_cap(counts, expected) if counts else None
-    listed = save_rows(spark, plan, out, staging, feed_dir, cap, grouped=grouped)
+    with single_partitions_kept(spark) if single else nullcontext():
+        listed = save_rows(spark, plan, out, staging, feed_dir, cap, grouped=grouped)
     fields = indexed_columns(plan.output_fields, pcols)
     return staged_files(fmt, listed, storage, removed, fields, counts)
 
@@ -639,40 +626,58 @@ def save_rows(
     return f"{feed_dir}/{KIND}={DATA}"  # the journal's Staging.routed_data_dir
 
 
-@contextmanager
-def concurrent_writers(spark: SparkSession) -> Iterator[None]:
+def concurrent_writers(spark: SparkSession) -> AbstractContextManager[None]:
     """Plan the writes in the block with :data:`CONCURRENT_WRITERS` open files per task,
-    unless the session allows some already (its own setting stands).
+    unless the session allows some already (its own setting stands; see
+    :func:`_session_setting`). Other queries of the session planned meanwhile (other dbt
+    threads' models) get it too: their partitioned writes then keep a few files open per task
+    instead of sorting, at the memory of those open files. A session that refuses the setting
+    writes as before (each task sorted by the outputs' folders)."""
+    return _session_setting(spark, CONCURRENT_WRITERS_CONF, str(CONCURRENT_WRITERS), unset="0")
 
-    The setting is the session's, so other queries of the session planned meanwhile (other
-    dbt threads' models) get it too: their partitioned writes then keep a few files open per
-    task instead of sorting, at the memory of those open files. It is set when the first
-    merge of the session enters and taken away when the last one leaves, so merges side by
-    side in threads do not take it away under each other. A session that refuses the setting
-    writes as before (each task sorted by the outputs' folders).
-    """
-    key = id(spark)
-    with _writers_lock:
-        users, mine = _writers_users.get(key, (0, False))
+
+def single_partitions_kept(spark: SparkSession) -> AbstractContextManager[None]:
+    """Plan the writes in the block keeping every single-partition side of a join in its
+    partition, whatever Spark estimates its size (see :func:`single_task_join`), unless the
+    session sets its own limit (it stands). Other queries of the session planned meanwhile get
+    it too: a join of theirs with a side in one partition keeps it there instead of spreading
+    it over tasks. A session that refuses the setting has the side shuffled: the same rows,
+    from more tasks."""
+    return _session_setting(
+        spark, SINGLE_PARTITION_CONF, NO_SINGLE_PARTITION_LIMIT, unset=SINGLE_PARTITION_DEFAULT
+    )
+
+
+@contextmanager
+def _session_setting(spark: SparkSession, name: str, value: str, unset: str) -> Iterator[None]:
+    """Setting ``name`` of the session at ``value`` in the block, if the session has not set it
+    (it reads as ``unset``, Spark's default, or not at all).
+
+    The setting is the session's: it is set when the first merge of the session enters and
+    taken away when the last one leaves, so merges side by side in threads do not take it away
+    under each other."""
+    key = (id(spark), name)
+    with _settings_lock:
+        users, mine = _settings_users.get(key, (0, False))
         if users == 0:
             mine = False
             try:
-                if str(spark.conf.get(CONCURRENT_WRITERS_CONF, "0") or "0").strip() == "0":
-                    spark.conf.set(CONCURRENT_WRITERS_CONF, str(CONCURRENT_WRITERS))
+                if str(spark.conf.get(name, unset) or unset).strip() == unset:
+                    spark.conf.set(name, value)
                     mine = True
-            except Exception:  # noqa: BLE001 - not allowed here: the write sorts, as before
+            except Exception:  # noqa: BLE001 - not allowed here: Spark plans as it would
                 mine = False
-        _writers_users[key] = (users + 1, mine)
+        _settings_users[key] = (users + 1, mine)
     try:
         yield
     finally:
-        with _writers_lock:
-            users, mine = _writers_users.pop(key)
+        with _settings_lock:
+            users, mine = _settings_users.pop(key)
             if users > 1:
-                _writers_users[key] = (users - 1, mine)
+                _settings_users[key] = (users - 1, mine)
             elif mine:
                 try:
-                    spark.conf.unset(CONCURRENT_WRITERS_CONF)  # back to Spark's default (0)
+                    spark.conf.unset(name)  # back to Spark's default
                 except Exception:  # noqa: BLE001 - never hide the write's own outcome
                     pass
 

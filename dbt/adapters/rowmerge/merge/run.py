@@ -76,6 +76,7 @@ from .outputs import CAST_ERROR_MARK, CONSTRAINT_MARK
 from .plan import MergePlan, build_plan
 from .reshape import finish_parked, finish_refresh, parked_folder, reregister
 from .rewrite import (
+    SINGLE_TASK_ROWS,
     OnePass,
     StagedFile,
     inserts_by_statistics,
@@ -282,18 +283,34 @@ def _prepare(
         )
     summaries = _summaries(plan, journal, snapshot, versions, initial, save_checkpoint=not dry)
     column_ranges = key_column_ranges(plan, summaries) if summaries is not None else []
-    skipping = plan_skipping(plan, summaries, column_ranges) if summaries is not None else None
-    bounds = within_all_ranges(column_ranges)
-    direct = (
-        None
-        if dry
-        else direct_insert(spark, plan, bounds, _merge_before(journal, versions, newest), raw_source)
+    before = _merge_before(journal, versions, newest)
+    skipping = (
+        plan_skipping(plan, summaries, column_ranges, _whole_table_rows(before))
+        if summaries is not None
+        else None
     )
+    bounds = within_all_ranges(column_ranges)
+    direct = None if dry else direct_insert(spark, plan, bounds, before, raw_source)
     version = journal.next_version(versions, target.name)
     commit = Commit(
         version, snapshot, changes, initial, commit_time, skipping, cluster_by, retention, direct, bounds
     )
     return plan, raw_source, commit
+
+
+def _whole_table_rows(before: Entry | None) -> int:
+    """The most rows a table whose key ranges rule out no file may hold for the merge to bet that
+    it touches every file (``plan_skipping``'s ``whole_table_rows``): the single-task join's
+    limit, or 0 (no bet) when the merge before it left a file of the table unrewritten (a model
+    that upserts keys none of which exists, say), so that such a model loses the bet once, not
+    every run. A lost bet costs the one-pass job; the merge then scans, as without it. (A merge
+    that changed nothing commits no version, so it leaves no evidence either way.)"""
+    if before is not None and before.operation == "MERGE":
+        m = before.metrics or {}
+        files = int(m.get("numTargetFilesBeforeSkipping") or 0)
+        if int(m.get("numTargetFilesRemoved") or 0) < files:
+            return 0
+    return SINGLE_TASK_ROWS.get()
 
 
 def _merge_before(journal: Journal, versions: Sequence[int], newest: Entry | None) -> Entry | None:
@@ -536,7 +553,7 @@ def _merge(
             )
             candidate_rows = sum(commit.skipping.rows[p] for p in files)
             groups = task_groups([u for u, _ in pairs], commit.skipping, journal.storage)
-            single = single_task(plan, source, candidate_rows)
+            single = single_task(source, candidate_rows)
             observed = OnePass(
                 candidate_rows=candidate_rows,
                 single_task=single,

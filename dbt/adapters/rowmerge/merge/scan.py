@@ -103,18 +103,29 @@ def plan_skipping(
     plan: MergePlan,
     summaries: Mapping[str, FileSummary | None],
     column_ranges: Sequence[tuple[KeyRanges, str]] | None = None,
+    whole_table_rows: int = 0,
 ) -> Skipping | None:
     """How ``summaries`` (qualified path -> footer summary, for every file) can skip files;
     None when they cannot: a NOT MATCHED BY SOURCE clause needs every file, or no key
     column's ranges rule a file out. ``column_ranges``: :func:`key_column_ranges`, if the
-    caller has it."""
+    caller has it.
+
+    ``whole_table_rows``: a table of at most that many rows (every file's count known) whose
+    ranges rule no file out — a table of one file, or keys spread over every file — gets a
+    :class:`Skipping` without ranges, every file a candidate. Nothing is skipped, but the
+    merge may then take the one-pass write (:func:`one_pass_applies`): one job that rewrites
+    the table, instead of a scan and then a rewrite of the same rows."""
     if plan.not_matched_by_source or len(summaries) > MAX_SKIPPING_FILES:
         return None
     files = sorted(summaries)
     found = key_column_ranges(plan, summaries) if column_ranges is None else column_ranges
     ranges = [(kr, sexpr) for kr, sexpr in found if rules_out_files(kr, len(files))]
     rows = {p: s.rows for p, s in summaries.items() if s is not None}
-    return Skipping(files, ranges, rows) if ranges else None
+    if ranges:
+        return Skipping(files, ranges, rows)
+    if files and len(rows) == len(files) and sum(rows.values()) <= whole_table_rows:
+        return Skipping(files, [], rows)
+    return None
 
 
 def rules_out_files(kr: KeyRanges, files: int) -> bool:
