@@ -292,9 +292,9 @@ class TestChangeFeedAndHistory:
 
     def test_second_merge_adds_version_2_change_rows(self, project, timeline):
         r = ok(timeline["step3"], "feed")
-        # Step 2 left two files (the rewritten one and the inserts); row 4 is in one, row 1 in
-        # the other, so both are rewritten.
-        assert merge_line(r) == "MERGE 1 updated, 1 inserted, 1 deleted; 2 of 2 files rewritten"
+        # Step 2 left one file: a table of one file is rewritten in one pass, in a single task
+        # that writes the inserts into the same file (rewrite.single_task_join).
+        assert merge_line(r) == "MERGE 1 updated, 1 inserted, 1 deleted; 1 of 1 files rewritten"
         assert r.adapter_response["version"] == 2
         assert timeline["feed_after_step3"] == _sorted([(3, "c", "I"), (4, "D", "U"), (5, "e", "I")])
         assert timeline["changes_after_step3"] == _sorted(V1_CHANGES + V2_CHANGES)
@@ -370,13 +370,12 @@ class TestChangeFeedAndHistory:
         assert all(len(f) == 8 for f in fields), lines
         for f in fields:
             assert re.fullmatch(ISO_UTC, f[1]), f
-        # Newest first. Version 0: the 3 rows in 1 file dbt created. Version 1: its file
-        # rewritten, plus a file of inserts. Version 2: both of those rewritten in one pass,
-        # which for a merge this small joins and writes in a single task: one file, inserts
-        # included (rewrite.single_task_join).
+        # Newest first. Version 0: the 3 rows in 1 file dbt created. Versions 1 and 2: that
+        # file rewritten in one pass, which for a merge this small joins and writes in a single
+        # task: one file, inserts included (rewrite.single_task_join).
         assert [f[:1] + f[2:] for f in fields] == [
-            ("2", "MERGE", "1", "1", "1", "1", "2"),
-            ("1", "MERGE", "1", "1", "1", "2", "1"),
+            ("2", "MERGE", "1", "1", "1", "1", "1"),
+            ("1", "MERGE", "1", "1", "1", "1", "1"),
             ("0", "CREATE TABLE", "3", "0", "0", "1", "0"),
         ]
         # The same file counts as the merges' own metrics.
