@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 )
 
 from .spec import Constraint, MergeSpec
-from .sqltext import shorten
+from .sqltext import shorten, sql_type
 from .table import CHAR_VARCHAR_KEY, TargetTable
 
 PREFIX = "__rowmerge_"
@@ -85,6 +85,12 @@ class ActingClause(Protocol):
 
     @property
     def values(self) -> Mapping[str, Column]: ...  # output column -> new value
+
+    @property
+    def condition_sql(self) -> str | None: ...  # the condition as SQL text, where known
+
+    @property
+    def values_sql(self) -> Mapping[str, str]: ...  # values known as SQL text
 
 
 class ResolvedMerge(Protocol):
@@ -408,6 +414,19 @@ def old_value(plan: ResolvedMerge, name: str) -> Column:
     return F.col(q(plan.ta, name))
 
 
+def old_sql(plan: ResolvedMerge, name: str) -> str:
+    """:func:`old_value` as SQL text."""
+    for f in plan.new_fields:
+        if f.name == name:
+            return f"CAST(NULL AS {sql_type(f.dataType)})"
+    return q(plan.ta, name)
+
+
+def _index_sql(kind: str) -> str:
+    """:func:`clause_index` as SQL text."""
+    return f"shiftright({q(KINDS[kind])}, 1)"
+
+
 # Each kind of clause, as the spec names it -> the column :func:`decide` adds for it.
 KINDS = {
     "matched": MATCHED_CLAUSE,
@@ -461,6 +480,9 @@ def decide(
 
 
 def _decision(plan: ResolvedMerge, kind: str, acts: bool) -> Column:
+    text = _decision_sql(plan, kind, acts)
+    if text is not None:
+        return F.expr(text).alias(KINDS[kind])
     none = F.lit(2 * NO_ACTION)
     expr = None
     for rc in _clauses(plan, kind):
@@ -475,6 +497,30 @@ def _decision(plan: ResolvedMerge, kind: str, acts: bool) -> Column:
         src = src_present(plan)
         decided = F.when(src if kind == "matched" else ~src, decided).otherwise(none)
     return decided.alias(KINDS[kind])
+
+
+def _decision_sql(plan: ResolvedMerge, kind: str, acts: bool) -> str | None:
+    """:func:`_decision` as one SQL expression (one round trip, where a Column per clause costs
+    several), or None where a condition or value is known only as a Column."""
+    branches = []
+    for rc in _clauses(plan, kind):
+        if rc.condition is not None and rc.condition_sql is None:
+            return None
+        cond = "true" if rc.condition is None else f"({rc.condition_sql})"
+        if acts and rc.action == "update" and plan.spec.skip_unchanged_updates:
+            diff = changed_sql(plan, rc)
+            if diff is None:
+                return None
+            value = f"{2 * rc.index} + CAST(({diff}) AS INT)"
+        else:
+            value = str(2 * rc.index + 1)
+        branches.append(f"WHEN {cond} THEN {value}")
+    none = str(2 * NO_ACTION)
+    decided = f"CASE {' '.join(branches)} ELSE {none} END" if branches else none
+    if kind != "not_matched":  # matched rows have a source row, not_matched_by_source ones none
+        present = f"{q(plan.sa, SRC_PRESENT)} IS {'NOT ' if kind == 'matched' else ''}NULL"
+        decided = f"CASE WHEN {present} THEN {decided} ELSE {none} END"
+    return decided
 
 
 def clause_index(kind: str) -> Column:
@@ -511,6 +557,19 @@ def acting(plan: ResolvedMerge, kind: str, action: str) -> Column:
     return out
 
 
+def changed_sql(plan: ResolvedMerge, rc: ActingClause) -> str | None:
+    """:func:`changed` as SQL text, or None where a value is known only as a Column or needs
+    :func:`comparable` (maps, variants)."""
+    types = {f.name: f.dataType for f in plan.output_fields}
+    diffs = []
+    for name in rc.values:
+        text = rc.values_sql.get(name)
+        if text is None or needs_comparable(types[name]):
+            return None
+        diffs.append(f"NOT ({old_sql(plan, name)} <=> ({text}))")
+    return " OR ".join(diffs) if diffs else "false"
+
+
 def changed(plan: ResolvedMerge, rc: ActingClause) -> Column:
     """True if the update writes a value different (null-safe) from the old one."""
     types = {f.name: f.dataType for f in plan.output_fields}
@@ -537,6 +596,9 @@ def output_value(plan: ResolvedMerge, name: str) -> Column:
     old value."""
 
     def build() -> Column:
+        text = _output_sql(plan, name)
+        if text is not None:
+            return F.expr(text)
         expr = None
         for cond, rc in _update_choices(plan):
             if name in rc.values:
@@ -545,6 +607,21 @@ def output_value(plan: ResolvedMerge, name: str) -> Column:
         return old if expr is None else expr.otherwise(old)
 
     return _built(plan, ("value", name), build)
+
+
+def _output_sql(plan: ResolvedMerge, name: str) -> str | None:
+    """:func:`output_value` as SQL text, or None where a value is known only as a Column."""
+    branches = []
+    for kind in ("matched", "not_matched_by_source"):
+        for rc in _clauses(plan, kind):
+            if rc.action != "update" or name not in rc.values:
+                continue
+            text = rc.values_sql.get(name)
+            if text is None:
+                return None
+            branches.append(f"WHEN {_index_sql(kind)} = {rc.index} THEN ({text})")
+    old = old_sql(plan, name)
+    return f"CASE {' '.join(branches)} ELSE {old} END" if branches else old
 
 
 def _update_choices(plan: ResolvedMerge) -> list[tuple[Column, ActingClause]]:
@@ -567,6 +644,33 @@ def inserts(plan: ResolvedMerge, candidates: DataFrame) -> DataFrame:
     clause sets none), named after the column."""
     idx = clause_index("not_matched")
     return decide(plan, candidates, ["not_matched"]).where(idx != NO_ACTION).select(*insert_values(plan))
+
+
+def insert_values_sql(plan: ResolvedMerge) -> list[str] | None:
+    """:func:`insert_values` as SQL text (without the names), or None where a value is known
+    only as a Column."""
+    clauses = list(plan.not_matched)
+    only = clauses[0] if len(clauses) == 1 and clauses[0].condition is None else None
+    out = []
+    for f in plan.output_fields:
+        null = f"CAST(NULL AS {sql_type(f.dataType)})"
+        branches = []
+        for rc in clauses:
+            if f.name not in rc.values:
+                value = null
+            elif (text := rc.values_sql.get(f.name)) is not None:
+                value = f"({text})"
+            else:
+                return None
+            branches.append((rc.index, value))
+        if only is not None:
+            out.append(branches[0][1])
+        elif branches:
+            cases = " ".join(f"WHEN {_index_sql('not_matched')} = {i} THEN {v}" for i, v in branches)
+            out.append(f"CASE {cases} ELSE {null} END")
+        else:
+            out.append(null)
+    return out
 
 
 def insert_values(plan: ResolvedMerge) -> list[Column]:

@@ -54,6 +54,11 @@ class ResolvedClause:
     index: int  # position among clauses of the same kind
     condition: Column | None
     values: dict[str, Column] = field(default_factory=dict)  # missing column = keep old value
+    # The same as SQL text where it is the text resolved (no cast, no partition-value rule
+    # around it): :mod:`.outputs` builds one expression from text where a Column per part
+    # would cost a py4j round trip each.
+    condition_sql: str | None = None
+    values_sql: dict[str, str] = field(default_factory=dict)
 
     @property
     def action(self) -> str:
@@ -165,6 +170,9 @@ class _Resolution:
     # (kind of clause, pinned text) -> column and type, for expressions checked in one batch
     checked: dict[tuple[str, str], tuple[Column, DataType]] = field(default_factory=dict)
     casts: list[_Cast] = field(default_factory=list)  # casts whose analysis is pending
+    # id() of a resolved Column -> it and the SQL text it was built from (see ResolvedClause);
+    # holding the Column keeps its id from being reused by another
+    texts: dict[int, tuple[Column, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -341,7 +349,17 @@ def _resolve_clause(r: _Resolution, clause: Clause, index: int, scope: _Scope) -
         fields = {f.name: f for f in r.output_fields}
         parts = r.target.partition_columns
         rc.values = {name: as_stored(value, fields[name], parts) for name, value in values.items()}
+        # A value kept as resolved (no cast, no partition-value rule) is its own text.
+        rc.values_sql = {n: t for n, v in rc.values.items() if (t := _text_of(r, v)) is not None}
+    if rc.condition is not None:
+        rc.condition_sql = _text_of(r, rc.condition)
     return rc
+
+
+def _text_of(r: _Resolution, col: Column) -> str | None:
+    """The SQL text ``col`` was resolved from, if it is such a column (not one built around it)."""
+    found = r.texts.get(id(col))
+    return found[1] if found is not None and found[0] is col else None
 
 
 def _condition(r: _Resolution, clause: Clause, scope: _Scope) -> Column | None:
@@ -452,6 +470,7 @@ def _star_values(r: _Resolution, clause: Clause, scope: _Scope) -> dict[str, Col
             )
             continue
         col = F.col(q(sa, src_name))
+        r.texts[id(col)] = (col, q(sa, src_name))
         src_type = r.source.schema[src_name].dataType
         values[fld.name] = _cast_to(r, col, src_type, f"{sa}.{src_name}", scope.frame, fld, label)
     return values
@@ -506,6 +525,7 @@ def _check_batch(r: _Resolution, scope: _Scope, texts: list[str]) -> None:
     for text, col, dtype, ok in zip(pinned, cols, types, _plain_each(scope.frame, cols, probe), strict=True):
         if ok:
             r.checked[(scope.kind, text)] = (col, dtype)
+            r.texts[id(col)] = (col, text)
 
 
 def _check_casts(r: _Resolution) -> None:
@@ -586,6 +606,7 @@ def _check_expression(
         r.problems.append(
             f"{what} ({shorten(text)}) is non-deterministic; conditions and values must be repeatable"
         )
+    r.texts[id(col)] = (col, expr_text)
     return col, dtype
 
 

@@ -44,6 +44,7 @@ from .outputs import (
     decide,
     enforce_constraints,
     insert_values,
+    insert_values_sql,
     inserts,
     old_value,
     output_value,
@@ -338,10 +339,17 @@ def single_task_rows(
     present = F.col(FILE).isNotNull()
     sides = decide(plan, sides, ["not_matched"], only={"not_matched": ~present})
     inserted = ~present & (clause_index("not_matched") != NO_ACTION)
-    values = [
-        F.when(present, F.col(_new(i))).otherwise(new).alias(n)
-        for i, (n, new) in enumerate(zip(names, insert_values(plan), strict=True))
-    ]
+    texts = insert_values_sql(plan)
+    if texts is not None:  # one round trip per column, not five
+        values = [
+            F.expr(f"CASE WHEN {q(FILE)} IS NOT NULL THEN {q(_new(i))} ELSE {text} END AS {q(n)}")
+            for i, (n, text) in enumerate(zip(names, texts, strict=True))
+        ]
+    else:
+        values = [
+            F.when(present, F.col(_new(i))).otherwise(new).alias(n)
+            for i, (n, new) in enumerate(zip(names, insert_values(plan), strict=True))
+        ]
     # An update's rows and every insert are checked against the constraints.
     checked = [(F.col(UPDATED) | inserted).alias(UPDATED)] if plan.constraints else []
     olds = [F.col(_old(i)) for i in range(len(names))] if feed else []
