@@ -572,6 +572,9 @@ def changed_sql(plan: ResolvedMerge, rc: ActingClause) -> str | None:
 
 def changed(plan: ResolvedMerge, rc: ActingClause) -> Column:
     """True if the update writes a value different (null-safe) from the old one."""
+    text = changed_sql(plan, rc)
+    if text is not None:
+        return F.expr(text)
     types = {f.name: f.dataType for f in plan.output_fields}
     diffs = [
         ~comparable(old_value(plan, name), types[name], "old").eqNullSafe(
@@ -649,6 +652,10 @@ def inserts(plan: ResolvedMerge, candidates: DataFrame) -> DataFrame:
 def insert_values_sql(plan: ResolvedMerge) -> list[str] | None:
     """:func:`insert_values` as SQL text (without the names), or None where a value is known
     only as a Column."""
+    return _built(plan, ("insert_values_sql",), partial(_insert_values_sql, plan))
+
+
+def _insert_values_sql(plan: ResolvedMerge) -> list[str] | None:
     clauses = list(plan.not_matched)
     only = clauses[0] if len(clauses) == 1 and clauses[0].condition is None else None
     out = []
@@ -679,6 +686,9 @@ def insert_values(plan: ResolvedMerge) -> list[Column]:
     idx = clause_index("not_matched")
 
     def build() -> list[Column]:
+        texts = insert_values_sql(plan)
+        if texts is not None:  # one round trip per column
+            return [F.expr(f"{t} AS {q(f.name)}") for t, f in zip(texts, plan.output_fields, strict=True)]
         clauses = list(plan.not_matched)
         # One clause without a condition inserts every row that matched nothing: its values
         # need no CASE (a CASE per column costs round trips that an insert-only merge feels).

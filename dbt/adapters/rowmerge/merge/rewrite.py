@@ -168,8 +168,7 @@ def single_task(source: MaterializedSource, candidate_rows: int) -> bool:
 def single_task_join(
     spark: SparkSession, plan: MergePlan, source: MaterializedSource, touched: list[str]
 ) -> DataFrame:
-    """The rows of ``touched`` files FULL OUTER
-    JOIN the source, each side in one partition.
+    """The rows of ``touched`` files FULL OUTER JOIN the source, each side in one partition.
 
     A small merge pays for Spark jobs more than for rows. The broadcast join reads the touched
     files twice (once for the rewrite, once for the ids of the source rows that matched, which
