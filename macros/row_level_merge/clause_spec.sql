@@ -90,7 +90,8 @@
     {{ return('FALSE') }}
   {%- endif -%}
   {%- for p in rowmerge_as_list(rowmerge_incremental_predicates(cfg)) -%}
-    {%- do parts.append("(" ~ p ~ ")") -%}
+    {#-- A predicate's trailing `--` comment must end before the next AND. --#}
+    {%- do parts.append("(" ~ p ~ ("\n)" if "--" in p else ")")) -%}
   {%- endfor -%}
   {{ return(parts | join(' AND ')) }}
 {% endmacro %}

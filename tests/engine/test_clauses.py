@@ -402,3 +402,61 @@ def test_matched_update_set_accepts_python_literal_values(spark, db):
     src = source_view(spark, f"{db}_src", "id long", [(1,)])
     merge(spark, t, src, [{"when": "matched", "action": "update", "set": {"n": 0, "flag": False, "x": 0.25}}])
     assert rows(spark, t) == [(1, 0, False, 0.25), (2, 6, True, 2.5)]
+
+
+def _commented(clauses: list[dict]) -> list[dict]:
+    """``clauses`` with a trailing ``--`` comment on every condition and value, as a YAML block
+    or a dbt config line may end one."""
+    out = []
+    for c in clauses:
+        c = dict(c)
+        if "condition" in c:
+            c["condition"] = f"{c['condition']} -- why this clause acts"
+        for key in ("set", "values"):
+            if isinstance(c.get(key), dict):
+                c[key] = {col: f"{text} -- from the source" for col, text in c[key].items()}
+        out.append(c)
+    return out
+
+
+COMMENTED_CDC = [
+    {"when": "matched", "condition": "s.op = 'D'", "action": "delete"},
+    {
+        "when": "matched",
+        "condition": "s.op = 'U'",
+        "action": "update",
+        "set": {"v": "upper(s.v)", "n": "t.n + 1"},
+    },
+    {"when": "matched", "action": "update", "set": {"v": "s.v"}},
+    {
+        "when": "not_matched",
+        "condition": "s.op = 'I'",
+        "action": "insert",
+        "values": {"id": "s.id", "v": "s.v"},
+    },
+    {"when": "not_matched", "action": "insert", "values": {"id": "s.id", "v": "'late'", "n": "0"}},
+    {"when": "not_matched_by_source", "condition": "t.n > 2", "action": "update", "set": {"v": "'stale'"}},
+]
+
+
+def test_conditions_and_values_ending_in_a_comment_merge_as_without_it(spark, db):
+    """Each user expression is built into larger ones (a CASE per column, the no-op test):
+    a ``--`` comment at its end must not run on over what the engine writes after it."""
+    results = {}
+    for name, clauses in (("plain", COMMENTED_CDC), ("commented", _commented(COMMENTED_CDC))):
+        t = f"{db}.{name}"
+        create_table(spark, t, "id long, v string, n int", [[(1, "a", 1), (2, "b", 2)], [(3, "c", 3)]])
+        src = source_view(
+            spark,
+            f"{db}_src_{name}",
+            "op string, id long, v string",
+            [("D", 1, None), ("U", 2, "bb"), ("I", 5, "e"), ("X", 6, "f")],
+        )
+        result = merge(spark, t, src, clauses, change_data_feed={"table": f"{t}__changes"})
+        feed = sorted(
+            (r["id"], r["_change_type"], r["v"], r["n"]) for r in spark.table(f"{t}__changes").collect()
+        )
+        results[name] = (rows(spark, t), feed, result.metrics["numTargetRowsUpdated"])
+    assert results["commented"] == results["plain"]
+    assert results["plain"][0] == [(2, "BB", 3), (3, "stale", 3), (5, "e", None), (6, "late", 0)]
+    assert results["plain"][2] == 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
@@ -17,6 +19,7 @@ from tests.engine.helpers import (
     files_of,
     kept_files,
     merge,
+    new_files,
     rows,
     source_view,
     table_state,
@@ -499,3 +502,43 @@ def test_cast_value_of_the_column_type_is_left_as_it_is(spark):
     assert checked_cast(value, dtype, StructField("k", dtype), "s.k") is value
     inner = spark.createDataFrame([], "k struct<a:int,b:array<map<string,bigint>>>").schema["k"].dataType
     assert checked_cast(value, inner, StructField("k", dtype), "s.k") is not value
+
+
+def test_a_session_that_reads_timestamp_as_ntz_keeps_the_tables_timestamp_type(spark, db):
+    """With ``spark.sql.timestampType=TIMESTAMP_NTZ`` the SQL word ``timestamp`` means
+    TIMESTAMP_NTZ: the NULLs a merge writes for columns a clause leaves out, and a column
+    schema evolution adds, must still be the table's (and the source's) local timestamp."""
+    t = f"{db}.t"
+    at = datetime(2026, 1, 2, 3, 4, 5)
+    create_table(spark, t, "id long, v string, at timestamp", [[(1, "a", at), (2, "b", at)]])
+    before = file_snapshot(spark, t)
+    src = source_view(
+        spark, f"{db}_src", "id long, v string, c timestamp", [(1, "A", at), (3, "c", at), (4, "d", at)]
+    )
+    clauses = [
+        {"when": "matched", "action": "update", "set": {"v": "s.v"}},
+        {
+            "when": "not_matched",
+            "condition": "s.id = 3",
+            "action": "insert",
+            "values": {"id": "s.id", "v": "s.v"},
+        },
+        {"when": "not_matched", "action": "insert", "values": "*"},
+    ]
+    spark.conf.set("spark.sql.timestampType", "TIMESTAMP_NTZ")
+    try:
+        merge(spark, t, src, clauses, schema_evolution=True)
+        types = dict(spark.table(t).dtypes)
+        written = {
+            path: dict(spark.read.parquet(path).dtypes) for path in new_files(before, file_snapshot(spark, t))
+        }
+    finally:
+        spark.conf.unset("spark.sql.timestampType")
+    assert (types["at"], types["c"]) == ("timestamp", "timestamp")
+    assert written and all((d["at"], d["c"]) == ("timestamp", "timestamp") for d in written.values()), written
+    assert rows(spark, t) == [
+        (1, "A", at, None),
+        (2, "b", at, None),
+        (3, "c", None, None),
+        (4, "d", None, at),
+    ]

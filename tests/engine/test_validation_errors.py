@@ -307,3 +307,32 @@ def test_spec_non_deterministic_condition_over_non_deterministic_source_names_th
         "conditions and values must be repeatable"
     ]
     assert table_state(spark, t) == before
+
+
+def test_spec_value_named_with_as_is_refused_before_anything_runs(spark, db):
+    """A value or condition is an expression, as in SQL's MERGE; ``s.v AS v`` is a SELECT
+    column, which Spark parses alone but not inside the CASE a merge builds from it."""
+    err = _rejected(
+        spark,
+        db,
+        [
+            {"when": "matched", "action": "update", "set": {"v": "s.v AS v", "n": "CAST(s.n AS int)"}},
+            {"when": "not_matched", "condition": "s.n > 0 as positive", "action": "insert", "values": "*"},
+        ],
+    )
+    assert err.problems == [
+        "clauses[0] (when: matched): `set` value for column 'v' names its result with AS, as a SELECT "
+        "column would; write the expression alone",
+        "clauses[1] (when: not_matched): `condition` names its result with AS, as a SELECT column "
+        "would; write the expression alone",
+    ]
+
+
+def test_spec_value_named_without_as_is_refused_by_its_key(spark, db):
+    """``s.v v`` names its result too (SQL's AS is optional); Spark's parser finds it."""
+    err = _rejected(spark, db, [{"when": "matched", "action": "update", "set": {"v": "s.v v"}}])
+    assert len(err.problems) == 1
+    assert err.problems[0].startswith(
+        "clauses[0] (when: matched, action: update) `set` for 'v' (s.v v) cannot be resolved: "
+    )
+    assert "PARSE_SYNTAX_ERROR" in err.problems[0]

@@ -218,6 +218,11 @@ COMPILES: dict[str, tuple[dict[str, Any], list[str] | None, dict[str, Any]]] = {
         None,
         {"on": f"{on('id')} AND ({T}.region = 'eu') AND ({T}.y > 1)"},
     ),
+    "incremental_predicates_ending_in_a_comment": (
+        {"unique_key": "id", "incremental_predicates": [f"{T}.region = 'eu' -- EU only", f"{T}.y > 1"]},
+        None,
+        {"on": f"{on('id')} AND ({T}.region = 'eu' -- EU only\n) AND ({T}.y > 1)"},
+    ),
     "predicates_older_name": (
         {"unique_key": "id", "predicates": [f"{T}.region = 'eu'"]},
         None,

@@ -5,12 +5,26 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from pyspark.sql.types import ArrayType, IntegerType, MapType, StringType, StructField, StructType
+from pyspark.ml.linalg import VectorUDT
+from pyspark.sql.types import (
+    ArrayType,
+    IntegerType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from dbt.adapters.rowmerge.merge.sqltext import (
     UnpinnableTime,
     check_path_safe,
     expression_problem,
+    has_udt,
+    names_result,
+    null_sql,
+    operand,
     parse_name,
     pin_time,
     quote_name,
@@ -79,6 +93,45 @@ def test_sqltext_sql_type_quotes_nested_names():
         ]
     )
     assert sql_type(dtype) == "STRUCT<`a b`: int, `c``d`: ARRAY<MAP<string, STRUCT<`e,f`: int>>>>"
+
+
+def test_sqltext_sql_type_spells_timestamps_whatever_the_session_reads_timestamp_as():
+    # spark.sql.timestampType=TIMESTAMP_NTZ makes the bare word mean TIMESTAMP_NTZ.
+    assert sql_type(TimestampType()) == "TIMESTAMP_LTZ"
+    assert sql_type(TimestampNTZType()) == "timestamp_ntz"
+    assert sql_type(ArrayType(TimestampType())) == "ARRAY<TIMESTAMP_LTZ>"
+
+
+def test_sqltext_null_sql_has_no_spelling_for_user_defined_types():
+    assert null_sql(IntegerType()) == "CAST(NULL AS int)"
+    assert null_sql(MapType(StringType(), TimestampType())) == "CAST(NULL AS MAP<string, TIMESTAMP_LTZ>)"
+    for dtype in (VectorUDT(), ArrayType(VectorUDT()), StructType([StructField("v", VectorUDT())])):
+        assert has_udt(dtype) and null_sql(dtype) is None
+    assert not has_udt(StructType([StructField("v", MapType(StringType(), ArrayType(IntegerType())))]))
+
+
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        ("s.v AS v", True),
+        ("s.v as `v w`", True),
+        ("s.a + s.b AS (x, y)", True),
+        ("CAST(s.v AS int)", False),
+        ("try_cast(s.v AS int) + CAST(s.w AS bigint)", False),
+        ("'x AS y'", False),  # inside a string
+        ("`as`", False),  # a column named as
+        ("s.v -- cast AS int", False),  # inside a comment
+        ("s.has_as", False),
+    ],
+)
+def test_sqltext_names_result_finds_as_outside_parentheses(text, named):
+    assert names_result(text) is named
+
+
+def test_sqltext_operand_ends_a_trailing_comment_before_the_closing_parenthesis():
+    assert operand("s.v + 1") == "(s.v + 1)"
+    assert operand("s.v -- the new value") == "(s.v -- the new value\n)"
+    assert operand("s.v /* a */") == "(s.v /* a */)"
 
 
 def test_sqltext_expression_limits():

@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 )
 
 from .spec import Constraint, MergeSpec
-from .sqltext import shorten, sql_type
+from .sqltext import null_sql, shorten
 from .table import CHAR_VARCHAR_KEY, TargetTable
 
 PREFIX = "__rowmerge_"
@@ -414,11 +414,11 @@ def old_value(plan: ResolvedMerge, name: str) -> Column:
     return F.col(q(plan.ta, name))
 
 
-def old_sql(plan: ResolvedMerge, name: str) -> str:
-    """:func:`old_value` as SQL text."""
+def old_sql(plan: ResolvedMerge, name: str) -> str | None:
+    """:func:`old_value` as SQL text (None for a NULL of a type SQL cannot spell)."""
     for f in plan.new_fields:
         if f.name == name:
-            return f"CAST(NULL AS {sql_type(f.dataType)})"
+            return null_sql(f.dataType)
     return q(plan.ta, name)
 
 
@@ -564,9 +564,10 @@ def changed_sql(plan: ResolvedMerge, rc: ActingClause) -> str | None:
     diffs = []
     for name in rc.values:
         text = rc.values_sql.get(name)
-        if text is None or needs_comparable(types[name]):
+        old = old_sql(plan, name)
+        if text is None or old is None or needs_comparable(types[name]):
             return None
-        diffs.append(f"NOT ({old_sql(plan, name)} <=> ({text}))")
+        diffs.append(f"NOT ({old} <=> ({text}))")
     return " OR ".join(diffs) if diffs else "false"
 
 
@@ -624,6 +625,8 @@ def _output_sql(plan: ResolvedMerge, name: str) -> str | None:
                 return None
             branches.append(f"WHEN {_index_sql(kind)} = {rc.index} THEN ({text})")
     old = old_sql(plan, name)
+    if old is None:
+        return None
     return f"CASE {' '.join(branches)} ELSE {old} END" if branches else old
 
 
@@ -660,7 +663,9 @@ def _insert_values_sql(plan: ResolvedMerge) -> list[str] | None:
     only = clauses[0] if len(clauses) == 1 and clauses[0].condition is None else None
     out = []
     for f in plan.output_fields:
-        null = f"CAST(NULL AS {sql_type(f.dataType)})"
+        null = null_sql(f.dataType)
+        if null is None:
+            return None
         branches = []
         for rc in clauses:
             if f.name not in rc.values:

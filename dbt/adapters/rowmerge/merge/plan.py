@@ -42,7 +42,7 @@ from .errors import MergeSpecError, spark_reason
 from .lean_columns import jvm_class
 from .outputs import PREFIX, as_stored, char_limit, checked_cast, field_mismatches, match_fields, q
 from .spec import Clause, Constraint, MergeSpec
-from .sqltext import UnpinnableTime, pin_time, shorten
+from .sqltext import UnpinnableTime, operand, pin_time, shorten
 from .table import TargetTable
 
 
@@ -515,7 +515,7 @@ def _check_batch(r: _Resolution, scope: _Scope, texts: list[str]) -> None:
     if not pinned:
         return
     try:
-        cols = [F.expr(text) for text in pinned]
+        cols = [F.expr(operand(text)) for text in pinned]
         probe = scope.frame.select(*cols)  # read by position: names may repeat
         types = [f.dataType for f in probe.schema.fields]
     except Exception:  # one of them does not resolve (or parse)
@@ -525,7 +525,7 @@ def _check_batch(r: _Resolution, scope: _Scope, texts: list[str]) -> None:
     for text, col, dtype, ok in zip(pinned, cols, types, _plain_each(scope.frame, cols, probe), strict=True):
         if ok:
             r.checked[(scope.kind, text)] = (col, dtype)
-            r.texts[id(col)] = (col, text)
+            r.texts[id(col)] = (col, operand(text))
 
 
 def _check_casts(r: _Resolution) -> None:
@@ -571,13 +571,13 @@ def _check_expression(
             )
         return batched
     try:
-        col = F.expr(expr_text)
+        col = F.expr(operand(expr_text))
         probe = scope.frame.select(col.alias("v"))
         probe.schema  # noqa: B018 -- analyses it now (Spark Connect analyses lazily)
     except AnalysisException as exc:
         if scope.hint is not None:
             try:
-                scope.joined.select(F.expr(expr_text)).schema  # noqa: B018
+                scope.joined.select(F.expr(operand(expr_text))).schema  # noqa: B018
                 r.problems.append(f"{what} ({shorten(text)}) may reference only {scope.hint}")
                 return None
             except Exception:
@@ -606,7 +606,7 @@ def _check_expression(
         r.problems.append(
             f"{what} ({shorten(text)}) is non-deterministic; conditions and values must be repeatable"
         )
-    r.texts[id(col)] = (col, expr_text)
+    r.texts[id(col)] = (col, operand(expr_text))
     return col, dtype
 
 

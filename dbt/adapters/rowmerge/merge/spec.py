@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import MergeSpecError
 from .journal.retention import Retention, chosen
-from .sqltext import check_path_safe, expression_problem, parse_name, quote, shorten
+from .sqltext import check_path_safe, expression_problem, names_result, parse_name, quote, shorten
 
 _ALIAS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -296,6 +296,10 @@ def _check_expression(text: str, what: str, problems: list[str]) -> None:
     why = expression_problem(text)
     if why is not None:
         problems.append(f"{what} {why}; simplify it or compute the value in the model SQL")
+    elif names_result(text):
+        problems.append(
+            f"{what} names its result with AS, as a SELECT column would; write the expression alone"
+        )
 
 
 def _check_name(raw: Mapping[str, Any], key: str, problems: list[str]) -> None:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType, UserDefinedType
 
 MAX_NAME_PARTS = 3  # catalog.database.table
 MAX_EXPRESSION_DEPTH = 200  # parentheses; deeper input overflows Spark's parser stack
@@ -140,7 +140,29 @@ def sql_type(dtype: DataType) -> str:
         return f"ARRAY<{sql_type(dtype.elementType)}>"
     if isinstance(dtype, MapType):
         return f"MAP<{sql_type(dtype.keyType)}, {sql_type(dtype.valueType)}>"
+    if isinstance(dtype, TimestampType):
+        # ``timestamp`` reads as TIMESTAMP_NTZ in a session with spark.sql.timestampType=TIMESTAMP_NTZ.
+        return "TIMESTAMP_LTZ"
     return dtype.simpleString()
+
+
+def has_udt(dtype: DataType) -> bool:
+    """Whether ``dtype`` is or holds a user-defined type, which has no SQL spelling (its
+    ``simpleString()`` is ``udt``): such a value can be built only as a Column."""
+    if isinstance(dtype, UserDefinedType):
+        return True
+    if isinstance(dtype, StructType):
+        return any(has_udt(f.dataType) for f in dtype.fields)
+    if isinstance(dtype, ArrayType):
+        return has_udt(dtype.elementType)
+    if isinstance(dtype, MapType):
+        return has_udt(dtype.keyType) or has_udt(dtype.valueType)
+    return False
+
+
+def null_sql(dtype: DataType) -> str | None:
+    """A NULL of ``dtype`` as SQL text, or None where the type has no SQL spelling."""
+    return None if has_udt(dtype) else f"CAST(NULL AS {sql_type(dtype)})"
 
 
 def epoch_micros(at: datetime) -> int:
@@ -199,6 +221,26 @@ def expression_problem(text: str) -> str | None:
     if deepest > MAX_EXPRESSION_DEPTH:
         return f"nests parentheses {deepest} deep (at most {MAX_EXPRESSION_DEPTH})"
     return None
+
+
+def names_result(text: str) -> bool:
+    """Whether ``text`` ends in ``AS name``, as a SELECT column may: outside parentheses AS
+    only names a result (CAST's is inside them). Spark parses such text alone, but not as a
+    part of a larger expression."""
+    depth = 0
+    for kind, tok in _tokens(text):
+        if kind == "other" and tok in "()":
+            depth += 1 if tok == "(" else -1
+        elif kind == "word" and depth == 0 and tok.upper() == "AS":
+            return True
+    return False
+
+
+def operand(text: str) -> str:
+    """A user's expression as it can stand inside a larger one (a CASE branch, a comparison):
+    in parentheses, and ended by a line break where it holds a ``--`` comment, which would
+    otherwise run on over everything the engine writes after it."""
+    return f"({text}\n)" if "--" in text else f"({text})"
 
 
 # Time functions Spark evaluates once per query: name -> SQL for the pinned instant.
