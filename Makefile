@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-long test-unit test-engine test-functional test-integration lint bench bench-quick bench-sizes bench-scale bench-aging fuzz undo-campaign clean
+.PHONY: demo test test-long lint bench bench-quick bench-sizes bench-scale bench-aging fuzz undo-campaign clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -54,7 +54,7 @@ lint: $(STAMP)
 	$(BIN)/mypy dbt/adapters/rowmerge
 
 # Differential fuzzing against the DuckDB oracle (tests/differential): N random merges from SEED;
-# prints a shrunk reproduction for every mismatch. `make test` runs a fixed seed of 300.
+# prints a shrunk reproduction for every mismatch. `make test` runs a fixed seed of 150 cases.
 N ?= 1000
 SEED ?= 1
 JOBS ?= 3
