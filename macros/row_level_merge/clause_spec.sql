@@ -91,7 +91,7 @@
   {%- endif -%}
   {%- for p in rowmerge_as_list(rowmerge_incremental_predicates(cfg)) -%}
     {#-- A predicate's trailing `--` comment must end before the next AND. --#}
-    {%- do parts.append("(" ~ p ~ ("\n)" if "--" in p else ")")) -%}
+    {%- do parts.append("(" ~ p ~ ("\n)" if "--" in (p | string) else ")")) -%}
   {%- endfor -%}
   {{ return(parts | join(' AND ')) }}
 {% endmacro %}
