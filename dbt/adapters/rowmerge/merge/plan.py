@@ -515,17 +515,19 @@ def _check_batch(r: _Resolution, scope: _Scope, texts: list[str]) -> None:
     if not pinned:
         return
     try:
-        cols = [F.expr(operand(text)) for text in pinned]
+        embedded = [operand(text) for text in pinned]
+        cols = [F.expr(text) for text in embedded]
         probe = scope.frame.select(*cols)  # read by position: names may repeat
         types = [f.dataType for f in probe.schema.fields]
     except Exception:  # one of them does not resolve (or parse)
         return
     if _added_node(probe, scope.base_nodes) is not None:
         return
-    for text, col, dtype, ok in zip(pinned, cols, types, _plain_each(scope.frame, cols, probe), strict=True):
+    checks = zip(pinned, embedded, cols, types, _plain_each(scope.frame, cols, probe), strict=True)
+    for text, sql, col, dtype, ok in checks:
         if ok:
             r.checked[(scope.kind, text)] = (col, dtype)
-            r.texts[id(col)] = (col, operand(text))
+            r.texts[id(col)] = (col, sql)
 
 
 def _check_casts(r: _Resolution) -> None:
@@ -570,14 +572,15 @@ def _check_expression(
                 f"{what} ({shorten(text)}) must be a boolean expression, got {batched[1].simpleString()}"
             )
         return batched
+    embedded = operand(expr_text)  # the text the outputs build into larger expressions
     try:
-        col = F.expr(operand(expr_text))
+        col = F.expr(embedded)
         probe = scope.frame.select(col.alias("v"))
         probe.schema  # noqa: B018 -- analyses it now (Spark Connect analyses lazily)
     except AnalysisException as exc:
         if scope.hint is not None:
             try:
-                scope.joined.select(F.expr(operand(expr_text))).schema  # noqa: B018
+                scope.joined.select(F.expr(embedded)).schema  # noqa: B018
                 r.problems.append(f"{what} ({shorten(text)}) may reference only {scope.hint}")
                 return None
             except Exception:
@@ -606,7 +609,7 @@ def _check_expression(
         r.problems.append(
             f"{what} ({shorten(text)}) is non-deterministic; conditions and values must be repeatable"
         )
-    r.texts[id(col)] = (col, operand(expr_text))
+    r.texts[id(col)] = (col, embedded)
     return col, dtype
 
 
