@@ -90,8 +90,7 @@
     {{ return('FALSE') }}
   {%- endif -%}
   {%- for p in rowmerge_as_list(rowmerge_incremental_predicates(cfg)) -%}
-    {#-- A predicate's trailing `--` comment must end before the next AND. --#}
-    {%- do parts.append("(" ~ p ~ ("\n)" if "--" in (p | string) else ")")) -%}
+    {%- do parts.append(rowmerge_operand(p)) -%}
   {%- endfor -%}
   {{ return(parts | join(' AND ')) }}
 {% endmacro %}
@@ -114,6 +113,14 @@
   {%- if value is none -%}{{ return([]) }}{%- endif -%}
   {%- if value is sequence and value is not string and value is not mapping -%}{{ return(value | list) }}{%- endif -%}
   {{ return([value]) }}
+{% endmacro %}
+
+
+{#-- A user's SQL text as a part of a larger condition: parenthesized, and where it holds a `--`
+     comment ended by two line breaks first (Spark's lexer goes on with a comment over a
+     backslash followed by a line break), as the engine's sqltext.operand does. --#}
+{% macro rowmerge_operand(text) %}
+  {{ return("(" ~ text ~ ("\n\n)" if "--" in (text | string) else ")")) }}
 {% endmacro %}
 
 
@@ -202,9 +209,9 @@
   {%- if cfg.get('skip_not_matched_step') is sameas true -%}{{ return(none) }}{%- endif -%}
   {%- set conds = [] -%}
   {%- if cfg.get('not_matched_condition') -%}{%- do conds.append(cfg.get('not_matched_condition')) -%}{%- endif -%}
-  {%- if cfg.get('delete_condition') -%}{%- do conds.append('NOT (' ~ cfg.get('delete_condition') ~ ')') -%}{%- endif -%}
+  {%- if cfg.get('delete_condition') -%}{%- do conds.append('NOT ' ~ rowmerge_operand(cfg.get('delete_condition'))) -%}{%- endif -%}
   {#-- Parenthesized only when two conditions are combined. --#}
-  {%- if conds | length > 1 -%}{%- set conds = ['(' ~ conds[0] ~ ')', conds[1]] -%}{%- endif -%}
+  {%- if conds | length > 1 -%}{%- set conds = [rowmerge_operand(conds[0]), conds[1]] -%}{%- endif -%}
   {%- set clause = {'when': 'not_matched', 'action': 'insert', 'values': '*',
                     'origin': 'not_matched_condition' if cfg.get('not_matched_condition') else 'the default not-matched insert'} -%}
   {%- if conds -%}{%- do clause.update({'condition': conds | join(' AND ')}) -%}{%- endif -%}

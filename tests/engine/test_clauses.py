@@ -411,7 +411,8 @@ def _commented(clauses: list[dict]) -> list[dict]:
     for c in clauses:
         c = dict(c)
         if "condition" in c:
-            c["condition"] = f"{c['condition']} -- why this clause acts"
+            # Ending in a backslash: Spark's lexer carries such a comment over a line break.
+            c["condition"] = f"{c['condition']} -- why this clause acts: see C:\\"
         for key in ("set", "values"):
             if isinstance(c.get(key), dict):
                 c[key] = {col: f"{text} -- from the source" for col, text in c[key].items()}
@@ -460,3 +461,39 @@ def test_conditions_and_values_ending_in_a_comment_merge_as_without_it(spark, db
     assert results["commented"] == results["plain"]
     assert results["plain"][0] == [(2, "BB", 3), (3, "stale", 3), (5, "e", None), (6, "late", 0)]
     assert results["plain"][2] == 2
+
+
+def _shorthand_cdc(delete_condition: str, not_matched_condition: str, brk: str) -> list[dict]:
+    """The clauses the macros compile from unique_key, delete_condition and
+    not_matched_condition: the insert's condition is both, the delete's negated, each in
+    parentheses that ``brk`` (line breaks after a comment) closes on a line of their own."""
+    return [
+        {"when": "matched", "condition": delete_condition, "action": "delete"},
+        {"when": "matched", "action": "update", "set": {"v": "s.v"}},
+        {
+            "when": "not_matched",
+            "condition": f"({not_matched_condition}{brk}) AND NOT ({delete_condition}{brk})",
+            "action": "insert",
+            "values": {"id": "s.id", "v": "s.v"},
+        },
+    ]
+
+
+def test_shorthand_conditions_ending_in_comments_merge_as_without_them(spark, db):
+    """delete_condition and not_matched_condition with trailing comments (one ending in a
+    backslash), as the macros build them into the insert's condition."""
+    results = {}
+    plain = _shorthand_cdc("s.op = 'D'", "s.v <> 'skip'", "")
+    commented = _shorthand_cdc("s.op = 'D' -- hard deletes", "s.v <> 'skip' -- in C:\\", "\n\n")
+    for name, clauses in (("plain", plain), ("commented", commented)):
+        t = f"{db}.short_{name}"
+        create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b"), (3, "c")]])
+        src = source_view(
+            spark,
+            f"{db}_short_src_{name}",
+            "op string, id long, v string",
+            [("D", 1, None), ("U", 2, "bb"), ("I", 5, "e"), ("D", 7, "x"), ("I", 8, "skip")],
+        )
+        merge(spark, t, src, clauses)
+        results[name] = rows(spark, t)
+    assert results["commented"] == results["plain"] == [(2, "bb"), (3, "c"), (5, "e")]

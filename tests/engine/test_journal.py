@@ -211,6 +211,23 @@ def test_journal_recovery_replays_schema_evolution_and_partitions(spark, db, mon
     assert rows(spark, t) == [(1, "A", "x", 1), (2, "b", None, 2), (3, "c", "y", 3)]
 
 
+def test_journal_recovery_of_a_collated_table_with_its_change_feed(spark, db, monkeypatch):
+    """The entry's change-table columns hold a collation: recovery reads them twice (checked,
+    then applied), which PySpark's StructType.fromJson, rewriting the dict it reads, once
+    failed at after the commit point, every time."""
+    t = f"{db}.lc"
+    create_table(spark, t, "id long, v string collate UTF8_LCASE", [[(1, "a"), (2, "b")]])
+    src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A"), (3, "c")])
+    crash_after(monkeypatch, "entry")
+    with pytest.raises(SimulatedCrash):
+        merge(spark, t, src, UPSERT, change_data_feed={"table": f"{t}__changes"})
+    monkeypatch.undo()
+    assert recover(spark, t).rolled_forward == [1]
+    assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c")]
+    changes = sorted((r.id, r.v, r._change_type) for r in spark.table(f"{t}__changes").collect())
+    assert changes == [(1, "A", "update_postimage"), (1, "a", "update_preimage"), (3, "c", "insert")]
+
+
 def test_journal_unreadable_entry_stops_the_table_and_is_kept(spark, db, t):
     src = source_view(spark, f"{db}_s", "id long, v string", [(1, "A")])
     merge(spark, t, src, UPSERT)  # versions 0 and 1

@@ -144,6 +144,24 @@ def test_a_map_column_is_compared_by_its_entries(spark, db):
     assert (result.rows_deleted, result.rows_inserted, result.rows_updated) == (1, 0, 1)
 
 
+def test_a_collated_string_column_is_compared_as_binary(spark, db):
+    """Under UTF8_LCASE 'X' and 'x' are equal, but restoring one over the other changes the
+    row: an update in the feed, as the merge that made it was; the unchanged row 2 is none."""
+    t, schema = f"{db}.lc", "id long, v string collate UTF8_LCASE"
+    create_table(spark, t, schema, [[(1, "X"), (2, "b")], [(3, "c")]])
+    src = source_view(spark, f"{db}_lcs", "id long, v string", [(1, "x"), (5, "e")])
+    feed = {"table": f"{t}__changes"}
+    merge(spark, t, src, UPSERT, auto_compact=False, retain_versions=3, change_data_feed=feed)
+    assert rows(spark, t) == [(1, "x"), (2, "b"), (3, "c"), (5, "e")]
+    result = restore(spark, t, version=0, unique_key="id")
+    assert rows(spark, t) == [(1, "X"), (2, "b"), (3, "c")]
+    merged = [(1, "X", "update_preimage"), (1, "x", "update_postimage"), (5, "e", "insert")]
+    assert _feed(spark, t, 1) == merged
+    restored = [(1, "X", "update_postimage"), (1, "x", "update_preimage"), (5, "e", "delete")]
+    assert _feed(spark, t, 2) == restored
+    assert (result.rows_deleted, result.rows_inserted, result.rows_updated) == (1, 0, 1)
+
+
 def test_a_variant_column_is_fed_as_deletes_and_inserts(spark, db):
     """No set operation takes a variant: the rows of the differing files are fed whole, never
     paired, and applied they still end with the restored table."""

@@ -480,6 +480,50 @@ def test_cast_struct_field_names_in_other_letter_case_refused_when_case_sensitiv
     assert table_state(spark, t) == before
 
 
+STAR_UPSERT = [
+    {"when": "matched", "action": "update", "set": "*"},
+    {"when": "not_matched", "action": "insert", "values": "*"},
+]
+
+
+def test_star_takes_the_source_column_of_the_exact_name_when_case_sensitive(spark, db):
+    """Under spark.sql.caseSensitive a source may hold both v and V: `*` takes v for target
+    column v, as Spark's own MERGE does (it once took whichever of the two came last)."""
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string", [[(1, "a")]])
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        src = source_view(
+            spark, f"{db}_src", "id long, v string, V string", [(1, "new", "junk"), (2, "ins", "x")]
+        )
+        merge(spark, t, src, STAR_UPSERT)
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+    assert rows(spark, t) == [(1, "new"), (2, "ins")]
+
+
+def test_star_refuses_case_twins_none_of_which_has_the_exact_name_when_case_sensitive(spark, db):
+    t = f"{db}.t"
+    create_table(spark, t, "id long, val string", [[(1, "a")]])
+    before = table_state(spark, t)
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        src = source_view(spark, f"{db}_src", "id long, Val string, VAL string", [(1, "x", "y")])
+        with pytest.raises(MergeSpecError) as info:
+            merge(spark, t, src, STAR_UPSERT)
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+    found = (
+        "`{}: *` finds source columns Val, VAL for target column 'val' and none of them has its exact name"
+    )
+    assert info.value.problems == [
+        f"clauses[{i}] (when: {w}, action: {a}): {found.format(k)}; rename them in the model SQL or list the "
+        "columns to set"
+        for i, w, a, k in ((0, "matched", "update", "set"), (1, "not_matched", "insert", "values"))
+    ]
+    assert table_state(spark, t) == before
+
+
 def test_cast_nested_part_that_cannot_be_cast_at_all_raises_spec_error_naming_it(spark, db):
     t = f"{db}.t"
     create_table(spark, t, "id long, k struct<a:int,b:string>", [[(1, (1, "x"))]])

@@ -115,3 +115,23 @@ def test_skip_unchanged_not_matched_by_source_update_to_same_value_is_noop(spark
     m = result.metrics
     assert (m["numTargetRowsUpdated"], m["numTargetRowsNotMatchedBySourceUpdated"]) == (0, 0)
     assert result.version == 0
+
+
+def test_skip_unchanged_compares_collated_strings_as_binary(spark, db):
+    """Under UTF8_LCASE 'ABC' and 'abc' are equal, but an update from one to the other
+    writes the other value, as SQL's MERGE does: it is no no-op (the row 2 update is)."""
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string collate UTF8_LCASE", [[(1, "ABC"), (2, "x")]])
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "abc"), (2, "x")])
+    feed = f"{t}__changes"
+    result = merge(
+        spark,
+        t,
+        src,
+        [{"when": "matched", "action": "update", "set": {"v": "s.v"}}],
+        change_data_feed={"table": feed},
+    )
+    assert rows(spark, t) == [(1, "abc"), (2, "x")]
+    assert result.metrics["numTargetRowsUpdated"] == 1
+    changes = sorted((r.id, r.v, r._change_type) for r in spark.table(feed).collect())
+    assert changes == [(1, "ABC", "update_preimage"), (1, "abc", "update_postimage")]

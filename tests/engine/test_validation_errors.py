@@ -336,3 +336,18 @@ def test_spec_value_named_without_as_is_refused_by_its_key(spark, db):
         "clauses[0] (when: matched, action: update) `set` for 'v' (s.v v) cannot be resolved: "
     )
     assert "PARSE_SYNTAX_ERROR" in err.problems[0]
+
+
+def test_spec_session_reading_string_literals_as_spark_1_6_is_refused(spark, db):
+    """Under spark.sql.parser.escapedStringLiterals the key ranges' literals the engine writes
+    ('O\\'Brien') would mean other values (O\\'Brien): refused before anything is written."""
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", "true")
+    try:
+        err = _rejected(spark, db, [STAR_UPDATE])
+    finally:
+        spark.conf.unset("spark.sql.parser.escapedStringLiterals")
+    assert err.problems == [
+        "the session sets spark.sql.parser.escapedStringLiterals=true (string literals read as Spark 1.6 "
+        "did, backslashes kept), under which the string literals the merge writes would mean other "
+        "values; unset it for the merge"
+    ]

@@ -127,6 +127,25 @@ COMPILES: dict[str, tuple[dict[str, Any], list[str] | None, dict[str, Any]]] = {
             ]
         },
     ),
+    "delete_and_not_matched_condition_ending_in_comments": (
+        {
+            "unique_key": "id",
+            "delete_condition": f"{S}.op = 'D' -- hard deletes",
+            "not_matched_condition": f"{S}.v > 0 -- in C:\\",
+        },
+        None,
+        {
+            "clauses": [
+                {**DELETE_OP_D, "condition": f"{S}.op = 'D' -- hard deletes"},
+                UPDATE,
+                {
+                    **INSERT,
+                    "condition": f"({S}.v > 0 -- in C:\\\n\n) AND NOT ({S}.op = 'D' -- hard deletes\n\n)",
+                    "origin": "not_matched_condition",
+                },
+            ]
+        },
+    ),
     "merge_update_columns": (
         {"unique_key": "id", "merge_update_columns": ["name"]},
         COLUMNS,
@@ -221,7 +240,7 @@ COMPILES: dict[str, tuple[dict[str, Any], list[str] | None, dict[str, Any]]] = {
     "incremental_predicates_ending_in_a_comment": (
         {"unique_key": "id", "incremental_predicates": [f"{T}.region = 'eu' -- EU only", f"{T}.y > 1"]},
         None,
-        {"on": f"{on('id')} AND ({T}.region = 'eu' -- EU only\n) AND ({T}.y > 1)"},
+        {"on": f"{on('id')} AND ({T}.region = 'eu' -- EU only\n\n) AND ({T}.y > 1)"},
     ),
     "predicates_older_name": (
         {"unique_key": "id", "predicates": [f"{T}.region = 'eu'"]},

@@ -67,6 +67,13 @@ def test_session_profiles_are_unchanged() -> None:
             "t.a = s.a AND (t.b = 1 OR t.c = 2) AND t.d = s.d",
             ["t.a = s.a", "t.b = 1 OR t.c = 2", "t.d = s.d"],
         ),
+        # A comment's words and parentheses are not SQL: `t.x = 1` below is no filter.
+        (
+            "t.id = s.id AND (t.r = 'eu' -- a ) AND t.x = 1 AND (\n\n)",
+            ["t.id = s.id", "t.r = 'eu' -- a ) AND t.x = 1 AND ("],
+        ),
+        ("t.id = s.id AND (t.r = 1 /* (or */)", ["t.id = s.id", "t.r = 1 /* (or */"]),
+        ("t.id = s.id -- key OR not\n AND t.k = s.k", ["t.id = s.id -- key OR not", "t.k = s.k"]),
     ],
 )
 def test_split_conjuncts(on: str, parts: list[str]) -> None:
@@ -90,5 +97,5 @@ def test_key_pair(conj: str, pair: tuple[str, str] | None) -> None:
 
 
 def test_columns_of_skips_literals_and_other_aliases() -> None:
-    on = "t.a = s.a AND t.`b c` > 0 AND t.v <> 't.z' AND tt.q = 1 AND T.a = 1"
+    on = "t.a = s.a AND t.`b c` > 0 AND t.v <> 't.z' AND tt.q = 1 AND T.a = 1 -- not t.w\n/* t.u */"
     assert plan_connect.columns_of(on, "t") == ["a", "b c", "v"]

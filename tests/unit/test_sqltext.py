@@ -130,7 +130,9 @@ def test_sqltext_names_result_finds_as_outside_parentheses(text, named):
 
 def test_sqltext_operand_ends_a_trailing_comment_before_the_closing_parenthesis():
     assert operand("s.v + 1") == "(s.v + 1)"
-    assert operand("s.v -- the new value") == "(s.v -- the new value\n)"
+    assert operand("s.v -- the new value") == "(s.v -- the new value\n\n)"
+    # A backslash before a line break carries Spark's comment on to the next line.
+    assert operand("s.v -- in C:\\") == "(s.v -- in C:\\\n\n)"
     assert operand("s.v /* a */") == "(s.v /* a */)"
 
 
@@ -161,6 +163,14 @@ def test_sqltext_expression_limits():
         ("x -- current_timestamp()\n", "x -- current_timestamp()\n"),
         ("/* now() */ 1", "/* now() */ 1"),
         ("coalesce(t.at, current_timestamp())", f"coalesce(t.at, {TS})"),
+        # Spark 4.2's qualified names of built-in functions are calls too; a field is not.
+        ("t.at < builtin.now() - interval 1 day", f"t.at < {TS} - interval 1 day"),
+        ("SYSTEM . BUILTIN . current_timestamp ( )", TS),
+        ("`builtin`.current_date()", f"CAST({TS} AS DATE)"),
+        ("x.builtin.now()", "x.builtin.now()"),
+        ("a.system.builtin.now()", "a.system.builtin.now()"),
+        ("builtin.current_date", "builtin.current_date"),
+        ("x -- current_timestamp() \\\n now()\n", "x -- current_timestamp() \\\n now()\n"),
     ],
 )
 def test_sqltext_pin_time_replaces_only_real_calls(text, pinned):
@@ -172,7 +182,9 @@ def test_sqltext_pin_time_leaves_a_column_named_like_a_bare_function():
     assert pin_time("current_date() > 1", AT, columns=["current_date"]).startswith("CAST(")
 
 
-@pytest.mark.parametrize("text", ["current_time()", "current_time(3)", "current_time"])
+@pytest.mark.parametrize(
+    "text", ["current_time()", "current_time(3)", "current_time", "builtin.current_time()"]
+)
 def test_sqltext_pin_time_refuses_current_time(text):
     with pytest.raises(UnpinnableTime, match="would take a different value in each pass of the merge"):
         pin_time(text, AT)

@@ -319,19 +319,44 @@ def as_stored(col: Column, fld: StructField, partition_columns: Sequence[str]) -
     return F.when(col == F.lit(""), F.lit(None).cast(fld.dataType)).otherwise(col)
 
 
-def needs_comparable(dtype: DataType) -> bool:
+BINARY_COLLATION = "UTF8_BINARY"
+
+
+def holds_map_or_variant(dtype: DataType) -> bool:
     """Whether ``dtype`` holds a map or a variant (which ``<=>`` refuses) at any depth."""
-    if isinstance(dtype, (MapType, VariantType)):
+    return _holds(dtype, lambda t: isinstance(t, (MapType, VariantType)))
+
+
+def collated(dtype: DataType) -> bool:
+    """Whether ``dtype`` is a string of a collation other than binary, under which ``=`` and
+    ``<=>`` find 'ABC' and 'abc' equal (UTF8_LCASE) although they are other values."""
+    return isinstance(dtype, StringType) and getattr(dtype, "collation", BINARY_COLLATION) != BINARY_COLLATION
+
+
+def holds_collated(dtype: DataType) -> bool:
+    return _holds(dtype, collated)
+
+
+def needs_comparable(dtype: DataType) -> bool:
+    """Whether the no-op check must compare ``dtype`` in another form (:func:`comparable`)."""
+    return holds_map_or_variant(dtype) or holds_collated(dtype)
+
+
+def _holds(dtype: DataType, found: Callable[[DataType], bool]) -> bool:
+    if found(dtype):
         return True
     if isinstance(dtype, ArrayType):
-        return needs_comparable(dtype.elementType)
+        return _holds(dtype.elementType, found)
+    if isinstance(dtype, MapType):
+        return _holds(dtype.keyType, found) or _holds(dtype.valueType, found)
     if isinstance(dtype, StructType):
-        return any(needs_comparable(f.dataType) for f in dtype.fields)
+        return any(_holds(f.dataType, found) for f in dtype.fields)
     return False
 
 
 def comparable(col: Column, dtype: DataType, side: str) -> Column:
-    """``col`` in a form that ``<=>`` accepts: every map and variant (at any depth) rewritten.
+    """``col`` in a form that ``<=>`` accepts: every map and variant (at any depth) rewritten,
+    every string of another collation compared as binary.
 
     Spark cannot compare maps; two maps are equal when they hold the same keys with equal
     values, whatever their order, which is what sorted entry arrays compare. Nor can it
@@ -342,6 +367,8 @@ def comparable(col: Column, dtype: DataType, side: str) -> Column:
     """
     if not needs_comparable(dtype):
         return col
+    if collated(dtype):  # an update to 'abc' writes 'abc', also where 'ABC' collates equal
+        return F.collate(col, BINARY_COLLATION)
     if isinstance(dtype, VariantType):
         return _variant_comparable(col, side, VARIANT_LEVELS)
     if isinstance(dtype, MapType):

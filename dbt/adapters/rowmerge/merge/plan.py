@@ -125,6 +125,7 @@ def build_plan(
         case_sensitive=_case_sensitive(source.sparkSession),
     )
     _check_source_names(r)
+    _check_string_literals(r, source.sparkSession)
     s_ctx, t_ctx = source.alias(spec.source_alias), target_df.alias(spec.target_alias)
     on_text, on_col, joined = _resolve_on(r, s_ctx, t_ctx)
     resolved = _resolve_clauses(r, _clause_scopes(spec, s_ctx, t_ctx, joined, first_run))
@@ -240,6 +241,18 @@ def _check_source_names(r: _Resolution) -> None:
         r.problems.append(
             f"the source has columns whose names differ only in letter case ({shown}); Spark matches "
             "names case-insensitively, so `*` cannot tell them apart. Rename them in the model SQL"
+        )
+
+
+def _check_string_literals(r: _Resolution, spark: Any) -> None:
+    """The engine writes the files' key ranges as SQL string literals with backslash escapes
+    (:func:`.sqltext.sql_string`); a session that reads literals as Spark 1.6 did, escapes
+    kept, would read a key such as O'Brien as O\\'Brien and rule out the file that holds it."""
+    if str(spark.conf.get(LEGACY_LITERALS_CONF, "false")).lower() == "true":
+        r.problems.append(
+            f"the session sets {LEGACY_LITERALS_CONF}=true (string literals read as Spark 1.6 "
+            "did, backslashes kept), under which the string literals the merge writes would "
+            "mean other values; unset it for the merge"
         )
 
 
@@ -442,10 +455,21 @@ def _star_values(r: _Resolution, clause: Clause, scope: _Scope) -> dict[str, Col
     label, key, sa = clause.label, _values_key(clause), r.spec.source_alias
     if clause.when == "not_matched_by_source":
         r.problems.append(f"{label}: `{key}: *` needs a source row; list the columns to set")
-    src_by_lower = {c.lower(): c for c in r.source.columns if not c.lower().startswith(PREFIX)}
+    src_names = [c for c in r.source.columns if not c.lower().startswith(PREFIX)]
     values: dict[str, Column] = {}
     for fld in r.output_fields:
-        src_name = src_by_lower.get(fld.name.lower())
+        alike = [c for c in src_names if c.lower() == fld.name.lower()]
+        # The column of the very name first: under spark.sql.caseSensitive a source may hold
+        # v and V, and Spark's own MERGE takes v for target column v.
+        src_name = fld.name if fld.name in alike else alike[0] if len(alike) == 1 else None
+        if len(alike) > 1 and src_name is None:
+            if r.case_sensitive:  # without it, _check_source_names refuses the twins already
+                r.problems.append(
+                    f"{label}: `{key}: *` finds source columns {', '.join(alike)} for target "
+                    f"column '{fld.name}' and none of them has its exact name; rename them in the "
+                    "model SQL or list the columns to set"
+                )
+            continue
         if src_name is None:
             if r.spec.schema_evolution:
                 if clause.action == "insert":
@@ -688,6 +712,9 @@ def _error_condition(exc: AnalysisException) -> str:
         return str(exc.getCondition() or "")
     except Exception:
         return ""
+
+
+LEGACY_LITERALS_CONF = "spark.sql.parser.escapedStringLiterals"
 
 
 def _case_sensitive(spark: Any) -> bool:

@@ -23,12 +23,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException
 
 from .outputs import q
+from .sqltext import tokens_at
 
 _ANALYZED = "== Analyzed Logical Plan =="
 _SUBQUERY = re.compile(r"\b(scalar-subquery|exists|list|lateral-subquery)#\d+")
 _IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)"
 _PAIR = re.compile(rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*=\s*({_IDENT})\s*\.\s*({_IDENT})\s*$")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def analyzed_lines(df: DataFrame) -> list[str]:
@@ -81,35 +81,14 @@ def _unquote(ident: str) -> str:
 
 
 def _tokens(text: str) -> list[tuple[int, int, str]]:
-    """(start, end, upper-cased word) of every bare word outside quotes, with '(' and ')'."""
-    out: list[tuple[int, int, str]] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch in "'\"`":
-            j = i + 1
-            while j < n:
-                if text[j] == "\\" and ch != "`":
-                    j += 2
-                    continue
-                if text[j] == ch:
-                    if j + 1 < n and text[j + 1] == ch:  # doubled quote
-                        j += 2
-                        continue
-                    break
-                j += 1
-            i = j + 1
-        elif ch in "()":
-            out.append((i, i + 1, ch))
-            i += 1
-        elif ch.isalpha() or ch == "_":
-            m = _WORD.match(text, i)
-            assert m is not None
-            out.append((i, m.end(), m.group(0).upper()))
-            i = m.end()
-        else:
-            i += 1
-    return out
+    """(start, end, upper-cased word) of every bare word outside quotes and comments, with '('
+    and ')': a comment's words and parentheses are not SQL (a `(` in one once shifted the
+    depth, and a `) AND t.x = 1` in one became a filter on the target)."""
+    return [
+        (s, e, tok.upper())
+        for kind, s, e, tok in tokens_at(text)
+        if kind == "word" or (kind == "other" and tok in "()")
+    ]
 
 
 def split_conjuncts(on: str) -> list[str]:
@@ -167,7 +146,9 @@ def columns_of(on: str, ta: str) -> list[str]:
     """Every ``ta.column`` the text refers to, in order, once."""
     found: list[str] = []
     pattern = re.compile(rf"(?<![\w.`])({_IDENT})\s*\.\s*({_IDENT})")
-    blanked = re.sub(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", lambda m: " " * len(m.group(0)), on)
+    blanked = "".join(
+        " " * (e - s) if kind in ("string", "comment") else tok for kind, s, e, tok in tokens_at(on)
+    )
     for m in pattern.finditer(blanked):
         q, col = _unquote(m.group(1)), _unquote(m.group(2))
         if q.lower() == ta.lower() and col not in found:

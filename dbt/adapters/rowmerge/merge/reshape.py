@@ -49,6 +49,7 @@ from .table import (
     load_target,
     refresh_table,
     sql_name,
+    struct_from_json,
 )
 
 logger = logging.getLogger("rowmerge")
@@ -116,7 +117,7 @@ class Shape:
     @staticmethod
     def from_json(raw: Mapping[str, Any]) -> Shape:
         return Shape(
-            schema=StructType.fromJson(raw["schema"]),
+            schema=struct_from_json(raw["schema"]),
             partition_by=tuple(raw.get("partition_by") or ()),
             file_format=str(raw["format"]),
             location=raw.get("location"),

@@ -39,7 +39,17 @@ from .journal import Entry, Journal
 from .lean_columns import lean_columns
 from .lock import TableLock
 from .optimize import orderable
-from .outputs import DELETE, INSERT, POSTIMAGE, PREIMAGE, needs_comparable, q
+from .outputs import (
+    BINARY_COLLATION,
+    DELETE,
+    INSERT,
+    POSTIMAGE,
+    PREIMAGE,
+    collated,
+    holds_collated,
+    holds_map_or_variant,
+    q,
+)
 from .spec import DEFAULT_LOCK_TIMEOUT_S
 from .table import TargetTable, load_target
 
@@ -293,8 +303,15 @@ def _changes(leaving: DataFrame, returning: DataFrame, schema: StructType, keys:
     (``map_entries``, an array Spark can compare) and turned back into a map for the change
     rows. A table with a map nested in a struct or an array cannot be compared row by row:
     every leaving row is a delete and every returning row an insert (never paired, or an
-    unchanged row would be an update), which still ends with the restored table."""
-    if any(needs_comparable(f.dataType) and not _top_map(f.dataType) for f in schema.fields):
+    unchanged row would be an update), which still ends with the restored table. A string
+    column of a collation other than binary is compared as binary (under UTF8_LCASE 'ABC' and
+    'abc' are equal, but a restore from one to the other changes the row); one nested in a
+    struct, an array or a map takes the same way as a nested map."""
+    if any(
+        (holds_map_or_variant(f.dataType) and not _top_map(f.dataType))
+        or (holds_collated(f.dataType) and not collated(f.dataType))
+        for f in schema.fields
+    ):
         # (so is a variant, which no set operation takes, and a map of values that cannot be sorted)
         cols = [F.col(q(f.name)) for f in schema.fields]
         return leaving.select(*cols, F.lit(DELETE).alias(CHANGE_TYPE)).unionByName(
@@ -304,9 +321,15 @@ def _changes(leaving: DataFrame, returning: DataFrame, schema: StructType, keys:
     as_entries, back = [], []
     for f in schema.fields:
         c = F.col(q(f.name))
-        mapped = _top_map(f.dataType)
-        as_entries.append(F.array_sort(F.map_entries(c)).alias(f.name) if mapped else c)
-        back.append(F.map_from_entries(c).alias(f.name) if mapped else c)
+        if _top_map(f.dataType):
+            as_entries.append(F.array_sort(F.map_entries(c)).alias(f.name))
+            back.append(F.map_from_entries(c).alias(f.name))
+        elif collated(f.dataType):  # 'ABC' and 'abc' are other rows, also where they collate equal
+            as_entries.append(F.collate(c, BINARY_COLLATION).alias(f.name))
+            back.append(F.collate(c, f.dataType.collation).alias(f.name))  # type: ignore[attr-defined]
+        else:
+            as_entries.append(c)
+            back.append(c)
     gone = leaving.select(*as_entries).exceptAll(returning.select(*as_entries)).select(*back)
     new = returning.select(*as_entries).exceptAll(leaving.select(*as_entries)).select(*back)
     if not keys:

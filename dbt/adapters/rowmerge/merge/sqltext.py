@@ -191,7 +191,7 @@ _TOKEN = re.compile(
     r"""
       (?P<string>'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")
     | (?P<quoted>`(?:``|[^`])*`)
-    | (?P<comment>--[^\n]*|/\*.*?\*/)
+    | (?P<comment>--(?:\\\n|[^\r\n])*|/\*.*?\*/)
     | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
     | (?P<space>\s+)
     | (?P<other>.)
@@ -200,11 +200,18 @@ _TOKEN = re.compile(
 )
 
 
-def _tokens(text: str) -> Iterator[tuple[str, str]]:
+def tokens_at(text: str) -> Iterator[tuple[str, int, int, str]]:
+    """(kind, start, end, text) of each token of ``text``, the kinds of :data:`_TOKEN`: a
+    string, a quoted name or a comment is one token, so nothing inside it is read as SQL."""
     for m in _TOKEN.finditer(text):
         kind = m.lastgroup
         assert kind is not None
-        yield kind, m.group(0)
+        yield kind, m.start(), m.end(), m.group(0)
+
+
+def _tokens(text: str) -> Iterator[tuple[str, str]]:
+    for kind, _, _, tok in tokens_at(text):
+        yield kind, tok
 
 
 def expression_problem(text: str) -> str | None:
@@ -238,9 +245,10 @@ def names_result(text: str) -> bool:
 
 def operand(text: str) -> str:
     """A user's expression as it can stand inside a larger one (a CASE branch, a comparison):
-    in parentheses, and ended by a line break where it holds a ``--`` comment, which would
-    otherwise run on over everything the engine writes after it."""
-    return f"({text}\n)" if "--" in text else f"({text})"
+    in parentheses, and ended by line breaks where it holds a ``--`` comment, which would
+    otherwise run on over everything the engine writes after it. Two breaks: Spark's lexer
+    goes on with a comment over a backslash followed by a line break (``-- in C:\\``)."""
+    return f"({text}\n\n)" if "--" in text else f"({text})"
 
 
 # Time functions Spark evaluates once per query: name -> SQL for the pinned instant.
@@ -280,7 +288,7 @@ def pin_time(text: str, at: datetime, columns: Iterable[str] = ()) -> str:
     pinned = {name: sql.format(micros=micros, seconds=micros // 1_000_000) for name, sql in _PINNED.items()}
     names = {c.lower() for c in columns}
     toks = list(_tokens(text))
-    out: list[str] = []
+    out: list[tuple[int, str]] = []  # (index in toks of the first token replaced, text)
     i = 0
 
     def significant(j: int, step: int) -> int:
@@ -288,25 +296,46 @@ def pin_time(text: str, at: datetime, columns: Iterable[str] = ()) -> str:
             j += step
         return j
 
-    def _field(j: int) -> bool:  # x.now: a field of x, not a function
-        before = significant(j - 1, -1)
-        return before >= 0 and toks[before] == ("other", ".")
+    def named(j: int, name: str) -> bool:
+        kind, tok = toks[j]
+        return (kind == "word" and tok.lower() == name) or (kind == "quoted" and tok[1:-1].lower() == name)
+
+    def qualified(j: int) -> int | None:
+        """Where the call at ``j`` starts: ``j``, or its ``builtin.`` / ``system.builtin.``
+        qualifier (Spark 4.2 names built-in functions so); None for ``x.now``, a field of x."""
+        dot = significant(j - 1, -1)
+        if dot < 0 or toks[dot] != ("other", "."):
+            return j
+        qual = significant(dot - 1, -1)
+        if qual < 0 or not named(qual, "builtin"):
+            return None
+        dot = significant(qual - 1, -1)
+        if dot < 0 or toks[dot] != ("other", "."):
+            return qual
+        system = significant(dot - 1, -1)
+        if system < 0 or not named(system, "system"):
+            return None
+        before = significant(system - 1, -1)
+        return system if before < 0 or toks[before] != ("other", ".") else None
 
     while i < len(toks):
         kind, tok = toks[i]
-        low, after_tok = tok.lower(), i + 1
-        if kind == "word" and low in pinned.keys() | _UNPINNABLE and not _field(i):
+        low, after_tok, start = tok.lower(), i + 1, i
+        call = qualified(i) if kind == "word" and low in pinned.keys() | _UNPINNABLE else None
+        if call is not None:
             after = significant(i + 1, 1)
             if after < len(toks) and toks[after] == ("other", "("):
                 if low in _UNPINNABLE:
                     raise _unpinnable(f"{tok}()")
                 close = significant(after + 1, 1)
                 if close < len(toks) and toks[close] == ("other", ")"):  # unix_timestamp(col) is not "now"
-                    tok, after_tok = pinned[low], close + 1
-            elif low in _BARE | _UNPINNABLE and low not in names:
+                    tok, after_tok, start = pinned[low], close + 1, call
+            elif low in _BARE | _UNPINNABLE and low not in names and call == i:
                 if low in _UNPINNABLE:
                     raise _unpinnable(tok)
                 tok = pinned[low]
-        out.append(tok)
+        while out and out[-1][0] >= start:  # a qualifier the pinned call replaces
+            out.pop()
+        out.append((start, tok))
         i = after_tok
-    return "".join(out)
+    return "".join(t for _, t in out)

@@ -10,6 +10,7 @@ in which a column may be named like a section header.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import weakref
@@ -121,6 +122,35 @@ def sql_name(name: str) -> str:
     """A table name as back-quoted SQL text (ValueError if it is not a table name)."""
     return quote_name(parse_name(name))
 
+
+
+# Where Spark's schema JSON keeps a field's collations (pyspark.sql.types' own key).
+COLLATIONS_KEY = "__COLLATIONS"
+
+
+def struct_from_json(value: Any) -> StructType:
+    """``StructType.fromJson`` of a copy of ``value``: PySpark 4's rewrites the collations in
+    the very dict it reads (``spark.UTF8_LCASE`` becomes ``UTF8_LCASE``), so reading the same
+    JSON twice (a journal entry's change-table columns, checked and then applied) failed the
+    second time, after the entry's commit point. Entries written before this was known hold
+    the rewritten form, which fromJson refuses: it is read as the provider-qualified one."""
+    return StructType.fromJson(_qualified_collations(copy.deepcopy(value)))
+
+
+def _qualified_collations(value: Any) -> Any:
+    """``value`` (schema JSON) with every collation in field metadata named with its provider."""
+    if isinstance(value, list):
+        for v in value:
+            _qualified_collations(v)
+    elif isinstance(value, dict):
+        collations = (value.get("metadata") or {}).get(COLLATIONS_KEY)
+        if isinstance(collations, dict):
+            for path, name in collations.items():
+                if isinstance(name, str) and "." not in name:
+                    collations[path] = f"spark.{name}"
+        for v in value.values():
+            _qualified_collations(v)
+    return value
 
 @dataclass(frozen=True)
 class TargetTable:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
 from .. import faults
@@ -25,6 +24,7 @@ from ..table import (
     refresh_table,
     register_partitions,
     sql_name,
+    struct_from_json,
     table_exists,
 )
 from .base import sha256
@@ -235,7 +235,7 @@ class Journal(Writer):
     def _feed_table(self, spark: SparkSession, entry: Entry, cdf: FeedFiles) -> str:
         """The change table that reads ``cdf.location``, created there if it was dropped."""
         ident = sql_name(cdf.table)
-        schema = StructType.fromJson(cdf.columns)
+        schema = struct_from_json(cdf.columns)
         try:
             described = describe_table(spark, ident)
         except AnalysisException:

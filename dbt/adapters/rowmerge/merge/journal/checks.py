@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pyspark.sql.types import StructType
-
 from ..errors import ConcurrentMergeError, JournalError, StorageError, UnsupportedTableError
 from ..sqltext import check_path_safe, parse_name, same_table
 from ..storage import FileInfo, is_hidden
-from ..table import TargetTable
+from ..table import TargetTable, struct_from_json
 from .entry import Entry, FeedFiles
 from .layout import (
     LOG_DIR,
@@ -151,7 +149,7 @@ class Checks(Snapshots):
         if not eq or value != str(entry.version) or not key or "/" in cdf.partition:
             out.append(f"writes change-feed partition {cdf.partition!r}, not one for version {entry.version}")
         try:
-            StructType.fromJson(cdf.columns)
+            struct_from_json(cdf.columns)
         except Exception as exc:  # malformed schema JSON
             out.append(f"gives the change table columns that are not a schema ({exc})")
         feed_staging = self.staging(str(entry.txn)).cdf_dir
