@@ -328,6 +328,25 @@ def test_spec_value_named_with_as_is_refused_before_anything_runs(spark, db):
     ]
 
 
+def test_spec_value_listing_several_expressions_is_refused_before_anything_runs(spark, db):
+    """``s.a, s.b`` is a SELECT list, not a value: inside the parentheses the merge puts around
+    a value it would be one struct, so it is refused by its key."""
+    err = _rejected(
+        spark,
+        db,
+        [
+            {"when": "matched", "action": "update", "set": {"v": "s.v, s.n", "n": "greatest(s.n, 1)"}},
+            {"when": "not_matched", "condition": "s.n > 0, s.n < 9", "action": "insert", "values": "*"},
+        ],
+    )
+    assert err.problems == [
+        "clauses[0] (when: matched): `set` value for column 'v' lists several expressions (a comma "
+        "outside parentheses), as a SELECT list would; write one expression",
+        "clauses[1] (when: not_matched): `condition` lists several expressions (a comma outside "
+        "parentheses), as a SELECT list would; write one expression",
+    ]
+
+
 def test_spec_value_named_without_as_is_refused_by_its_key(spark, db):
     """``s.v v`` names its result too (SQL's AS is optional); Spark's parser finds it."""
     err = _rejected(spark, db, [{"when": "matched", "action": "update", "set": {"v": "s.v v"}}])

@@ -22,6 +22,7 @@ from dbt.adapters.rowmerge.merge.sqltext import (
     check_path_safe,
     expression_problem,
     has_udt,
+    lists_several,
     names_result,
     null_sql,
     operand,
@@ -122,10 +123,28 @@ def test_sqltext_null_sql_has_no_spelling_for_user_defined_types():
         ("`as`", False),  # a column named as
         ("s.v -- cast AS int", False),  # inside a comment
         ("s.has_as", False),
+        ("s.as", False),  # a field named as
+        ("s. /* x */ as + 1", False),
     ],
 )
 def test_sqltext_names_result_finds_as_outside_parentheses(text, named):
     assert names_result(text) is named
+
+
+@pytest.mark.parametrize(
+    "text, several",
+    [
+        ("s.a, s.b", True),
+        ("s.v,", True),
+        ("named_struct('a', s.a, 'b', s.b)", False),
+        ("s.v IN (1, 2)", False),
+        ("'a, b'", False),
+        ("s.v -- a, b", False),
+        ("transform(s.xs, (x, i) -> x + i)", False),
+    ],
+)
+def test_sqltext_lists_several_finds_a_comma_outside_parentheses(text, several):
+    assert lists_several(text) is several
 
 
 def test_sqltext_operand_ends_a_trailing_comment_before_the_closing_parenthesis():

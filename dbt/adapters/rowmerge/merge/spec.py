@@ -16,7 +16,15 @@ from typing import Any
 
 from .errors import MergeSpecError
 from .journal.retention import Retention, chosen
-from .sqltext import check_path_safe, expression_problem, names_result, parse_name, quote, shorten
+from .sqltext import (
+    check_path_safe,
+    expression_problem,
+    lists_several,
+    names_result,
+    parse_name,
+    quote,
+    shorten,
+)
 
 _ALIAS = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -299,6 +307,11 @@ def _check_expression(text: str, what: str, problems: list[str]) -> None:
     elif names_result(text):
         problems.append(
             f"{what} names its result with AS, as a SELECT column would; write the expression alone"
+        )
+    elif lists_several(text):
+        problems.append(
+            f"{what} lists several expressions (a comma outside parentheses), as a SELECT list "
+            "would; write one expression"
         )
 
 

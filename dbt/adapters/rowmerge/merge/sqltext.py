@@ -214,17 +214,23 @@ def _tokens(text: str) -> Iterator[tuple[str, str]]:
         yield kind, tok
 
 
+def _at_depth(text: str) -> Iterator[tuple[int, str, str]]:
+    """(depth, kind, token) of each token of ``text``: how many parentheses are open around it
+    (a parenthesis itself counts as outside the pair it opens or closes)."""
+    depth = 0
+    for kind, tok in _tokens(text):
+        if kind == "other" and tok == ")":
+            depth -= 1
+        yield depth, kind, tok
+        if kind == "other" and tok == "(":
+            depth += 1
+
+
 def expression_problem(text: str) -> str | None:
     """Why ``text`` cannot be a merge expression without asking Spark (None if it may be)."""
     if len(text) > MAX_EXPRESSION_CHARS:
         return f"is {len(text)} characters long (at most {MAX_EXPRESSION_CHARS})"
-    depth = deepest = 0
-    for kind, tok in _tokens(text):
-        if kind == "other" and tok == "(":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif kind == "other" and tok == ")":
-            depth -= 1
+    deepest = max((d + 1 for d, kind, tok in _at_depth(text) if kind == "other" and tok == "("), default=0)
     if deepest > MAX_EXPRESSION_DEPTH:
         return f"nests parentheses {deepest} deep (at most {MAX_EXPRESSION_DEPTH})"
     return None
@@ -234,13 +240,19 @@ def names_result(text: str) -> bool:
     """Whether ``text`` ends in ``AS name``, as a SELECT column may: outside parentheses AS
     only names a result (CAST's is inside them). Spark parses such text alone, but not as a
     part of a larger expression."""
-    depth = 0
-    for kind, tok in _tokens(text):
-        if kind == "other" and tok in "()":
-            depth += 1 if tok == "(" else -1
-        elif kind == "word" and depth == 0 and tok.upper() == "AS":
+    after_dot = False  # s.as: a field named as
+    for d, kind, tok in _at_depth(text):
+        if d == 0 and kind == "word" and tok.upper() == "AS" and not after_dot:
             return True
+        if kind not in ("space", "comment"):
+            after_dot = kind == "other" and tok == "."
     return False
+
+
+def lists_several(text: str) -> bool:
+    """Whether ``text`` is several expressions (a comma outside parentheses), as a SELECT list
+    is: in the parentheses :func:`operand` adds they would be one struct."""
+    return any(d == 0 and kind == "other" and tok == "," for d, kind, tok in _at_depth(text))
 
 
 def operand(text: str) -> str:
