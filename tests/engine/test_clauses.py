@@ -481,7 +481,8 @@ def _shorthand_cdc(delete_condition: str, not_matched_condition: str, brk: str) 
 
 def test_shorthand_conditions_ending_in_comments_merge_as_without_them(spark, db):
     """delete_condition and not_matched_condition with trailing comments (one ending in a
-    backslash), as the macros build them into the insert's condition."""
+    backslash), in the insert's condition exactly as the macros build it (test_compile holds
+    the macros to that text): it merges as the same config without comments."""
     results = {}
     plain = _shorthand_cdc("s.op = 'D'", "s.v <> 'skip'", "")
     commented = _shorthand_cdc("s.op = 'D' -- hard deletes", "s.v <> 'skip' -- in C:\\", "\n\n")

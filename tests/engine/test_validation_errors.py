@@ -11,6 +11,7 @@ from dbt.adapters.rowmerge.merge import (
     MergeSpecError,
     UnsupportedTableError,
     history,
+    optimize,
     run_merge,
     start_history,
 )
@@ -358,15 +359,26 @@ def test_spec_value_named_without_as_is_refused_by_its_key(spark, db):
 
 
 def test_spec_session_reading_string_literals_as_spark_1_6_is_refused(spark, db):
-    """Under spark.sql.parser.escapedStringLiterals the key ranges' literals the engine writes
-    ('O\\'Brien') would mean other values (O\\'Brien): refused before anything is written."""
+    """Under spark.sql.parser.escapedStringLiterals the literals the engine writes ('O\\'Brien'
+    for a key range, a partition value, a location) would mean other values (O\\'Brien): a
+    merge, and every other operation on the table, is refused before anything is written."""
+    t = f"{db}.t"
+    create_table(spark, t, "id long, v string, n int", [[(1, "a", 1), (2, "b", 2)], [(3, "c", 3)]])
+    before = table_state(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string, n int", [(1, "A", 10), (4, "D", 40)])
     spark.conf.set("spark.sql.parser.escapedStringLiterals", "true")
     try:
-        err = _rejected(spark, db, [STAR_UPDATE])
+        with pytest.raises(MergeSpecError) as merged:
+            merge(spark, t, src, [STAR_UPDATE])
+        with pytest.raises(MergeSpecError) as optimized:
+            optimize(spark, t)
     finally:
         spark.conf.unset("spark.sql.parser.escapedStringLiterals")
-    assert err.problems == [
+    problem = (
         "the session sets spark.sql.parser.escapedStringLiterals=true (string literals read as Spark 1.6 "
-        "did, backslashes kept), under which the string literals the merge writes would mean other "
-        "values; unset it for the merge"
-    ]
+        "did, backslashes kept), under which the string literals row_level_merge writes would mean other "
+        "values; unset it for this session"
+    )
+    assert merged.value.problems == optimized.value.problems == [problem]
+    assert table_state(spark, t) == before
+    assert history(spark, t) == []

@@ -141,6 +141,10 @@ def test_sqltext_names_result_finds_as_outside_parentheses(text, named):
         ("'a, b'", False),
         ("s.v -- a, b", False),
         ("transform(s.xs, (x, i) -> x + i)", False),
+        ("s.raw::map<string,int>", False),  # a type's commas are its own
+        ("s.p::struct<a:int,b:array<map<string,int>>>", False),
+        ("s.p::struct<a:int,b:string>, s.q", True),
+        ("s.a < s.b, s.c > 1", True),
     ],
 )
 def test_sqltext_lists_several_finds_a_comma_outside_parentheses(text, several):

@@ -125,7 +125,6 @@ def build_plan(
         case_sensitive=_case_sensitive(source.sparkSession),
     )
     _check_source_names(r)
-    _check_string_literals(r, source.sparkSession)
     s_ctx, t_ctx = source.alias(spec.source_alias), target_df.alias(spec.target_alias)
     on_text, on_col, joined = _resolve_on(r, s_ctx, t_ctx)
     resolved = _resolve_clauses(r, _clause_scopes(spec, s_ctx, t_ctx, joined, first_run))
@@ -241,18 +240,6 @@ def _check_source_names(r: _Resolution) -> None:
         r.problems.append(
             f"the source has columns whose names differ only in letter case ({shown}); Spark matches "
             "names case-insensitively, so `*` cannot tell them apart. Rename them in the model SQL"
-        )
-
-
-def _check_string_literals(r: _Resolution, spark: Any) -> None:
-    """The engine writes the files' key ranges as SQL string literals with backslash escapes
-    (:func:`.sqltext.sql_string`); a session that reads literals as Spark 1.6 did, escapes
-    kept, would read a key such as O'Brien as O\\'Brien and rule out the file that holds it."""
-    if str(spark.conf.get(LEGACY_LITERALS_CONF, "false")).lower() == "true":
-        r.problems.append(
-            f"the session sets {LEGACY_LITERALS_CONF}=true (string literals read as Spark 1.6 "
-            "did, backslashes kept), under which the string literals the merge writes would "
-            "mean other values; unset it for the merge"
         )
 
 
@@ -712,9 +699,6 @@ def _error_condition(exc: AnalysisException) -> str:
         return str(exc.getCondition() or "")
     except Exception:
         return ""
-
-
-LEGACY_LITERALS_CONF = "spark.sql.parser.escapedStringLiterals"
 
 
 def _case_sensitive(spark: Any) -> bool:

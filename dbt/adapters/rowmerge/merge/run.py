@@ -106,6 +106,7 @@ from .table import (
     TargetTable,
     alter_add_columns,
     catalog_columns,
+    check_string_literals,
     column_ddl,
     create_changes_table,
     describe_table,
@@ -124,7 +125,9 @@ logger = logging.getLogger("rowmerge")
 def open_journal(spark: SparkSession, location: str) -> Journal:
     """The journal of the table at ``location``; first finishes a full refresh that stopped
     with the journal parked beside the folder (reshape.py), so no caller ever finds the
-    table without its history."""
+    table without its history. A session whose string literals would not mean what the
+    engine writes is refused first (:func:`.table.check_string_literals`)."""
+    check_string_literals(spark)
     storage = storage_for(spark)
     journal = Journal(storage, storage.qualify(location))
     finish_parked(spark, journal)
@@ -142,6 +145,7 @@ def locate_or_finish(spark: SparkSession, name: str, role: str = MERGE_ROLE) -> 
             sql_name(name)
         except ValueError:  # not a table name: locate_target said so
             raise exc from None
+        check_string_literals(spark)  # finishing it writes the table's DDL
         if not finish_refresh(spark, name):
             raise exc from None
     return locate_target(spark, name, role)

@@ -251,8 +251,23 @@ def names_result(text: str) -> bool:
 
 def lists_several(text: str) -> bool:
     """Whether ``text`` is several expressions (a comma outside parentheses), as a SELECT list
-    is: in the parentheses :func:`operand` adds they would be one struct."""
-    return any(d == 0 and kind == "other" and tok == "," for d, kind, tok in _at_depth(text))
+    is: in the parentheses :func:`operand` adds they would be one struct. A type's own commas
+    (``s.m::map<string,int>``) are inside its angle brackets."""
+    angle, before = 0, ""  # before: the last token that is not space or a comment
+    for d, kind, tok in _at_depth(text):
+        if kind == "other" and tok == "<" and (angle or before.lower() in _TYPE_WORDS):
+            angle += 1
+        elif kind == "other" and tok == ">" and angle:
+            angle -= 1
+        elif d == 0 and not angle and kind == "other" and tok == ",":
+            return True
+        if kind not in ("space", "comment"):
+            before = tok
+    return False
+
+
+# Types whose parameters go in angle brackets (struct<a:int,b:string>).
+_TYPE_WORDS = {"array", "map", "struct"}
 
 
 def operand(text: str) -> str:

@@ -24,7 +24,7 @@ from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
 from . import calls
-from .errors import UnsupportedTableError, spark_reason
+from .errors import MergeSpecError, UnsupportedTableError, spark_reason
 from .lean_columns import jvm_class
 from .sqltext import (
     DEFAULT_CATALOG,
@@ -122,6 +122,24 @@ def sql_name(name: str) -> str:
     """A table name as back-quoted SQL text (ValueError if it is not a table name)."""
     return quote_name(parse_name(name))
 
+
+
+LEGACY_LITERALS_CONF = "spark.sql.parser.escapedStringLiterals"
+
+
+def check_string_literals(spark: Any) -> None:
+    """Refuse a session that reads string literals as Spark 1.6 did, backslashes kept: the
+    literals the engine writes (:func:`.sqltext.sql_string`: the files' key ranges, partition
+    values, locations, comments) escape with backslashes, so O'Brien would be read as
+    O\\'Brien and a key range would rule out the file that holds it."""
+    if str(spark.conf.get(LEGACY_LITERALS_CONF, "false")).lower() == "true":
+        raise MergeSpecError(
+            [
+                f"the session sets {LEGACY_LITERALS_CONF}=true (string literals read as Spark 1.6 "
+                "did, backslashes kept), under which the string literals row_level_merge writes "
+                "would mean other values; unset it for this session"
+            ]
+        )
 
 
 # Where Spark's schema JSON keeps a field's collations (pyspark.sql.types' own key).
