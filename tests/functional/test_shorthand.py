@@ -147,6 +147,23 @@ MODELS = {
             "(6, 'f', 0, 'I')",
         ),
     ),
+    # The same with trailing comments: the insert's condition the macros build from both keys
+    # must end each comment before its closing parenthesis.
+    "cdc_commented.sql": incremental_model(
+        f"unique_key='id', delete_condition=\"{S}.op = 'D' -- hard deletes\", "
+        f"matched_condition='{S}.version > {T}.version', "
+        f"not_matched_condition='{S}.version > 0 -- only real versions'",
+        values("id, name, version", "(1, 'a', 1)", "(2, 'b', 1)", "(3, 'c', 5)"),
+        values(
+            "id, name, version, op",
+            "(1, 'A', 2, 'U')",
+            "(2, 'b', 0, 'D')",
+            "(3, 'C', 4, 'U')",
+            "(4, 'd', 1, 'I')",
+            "(5, 'e', 1, 'D')",
+            "(6, 'f', 0, 'I')",
+        ),
+    ),
     # unique_key spelled in another case than the column (Spark names are case-insensitive).
     "key_case.sql": incremental_model(
         "unique_key='ID'",
@@ -288,6 +305,10 @@ class TestShorthandConfig:
             ("matched", "update", f"{S}.version > {T}.version"),
             ("not_matched", "insert", f"({S}.version > 0) AND NOT ({S}.op = 'D')"),
         ]
+
+    def test_conditions_ending_in_comments(self, project, merged):
+        expect_rows(project, "cdc_commented", [(1, "A", 2), (3, "c", 5), (4, "d", 1)])
+        assert counts(ok(merged, "cdc_commented")) == (1, 1, 1)
 
     def test_unique_key_in_another_case(self, project, merged):
         expect_rows(project, "key_case", [(1, "a"), (2, "B"), (3, "c")])
