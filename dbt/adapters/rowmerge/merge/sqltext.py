@@ -214,23 +214,26 @@ def _tokens(text: str) -> Iterator[tuple[str, str]]:
         yield kind, tok
 
 
-def _at_depth(text: str) -> Iterator[tuple[int, str, str]]:
-    """(depth, kind, token) of each token of ``text``: how many parentheses are open around it
-    (a parenthesis itself counts as outside the pair it opens or closes)."""
-    depth = 0
+def _at_depth(text: str) -> Iterator[tuple[int, str, str, str]]:
+    """(depth, kind, token, before) of each token of ``text``: how many parentheses are open
+    around it (a parenthesis itself counts as outside the pair it opens or closes), and the
+    last token before it that is not space or a comment ("" at the start)."""
+    depth, before = 0, ""
     for kind, tok in _tokens(text):
         if kind == "other" and tok == ")":
             depth -= 1
-        yield depth, kind, tok
+        yield depth, kind, tok, before
         if kind == "other" and tok == "(":
             depth += 1
+        if kind not in ("space", "comment"):
+            before = tok
 
 
 def expression_problem(text: str) -> str | None:
     """Why ``text`` cannot be a merge expression without asking Spark (None if it may be)."""
     if len(text) > MAX_EXPRESSION_CHARS:
         return f"is {len(text)} characters long (at most {MAX_EXPRESSION_CHARS})"
-    deepest = max((d + 1 for d, kind, tok in _at_depth(text) if kind == "other" and tok == "("), default=0)
+    deepest = max((d + 1 for d, kind, tok, _ in _at_depth(text) if kind == "other" and tok == "("), default=0)
     if deepest > MAX_EXPRESSION_DEPTH:
         return f"nests parentheses {deepest} deep (at most {MAX_EXPRESSION_DEPTH})"
     return None
@@ -240,29 +243,24 @@ def names_result(text: str) -> bool:
     """Whether ``text`` ends in ``AS name``, as a SELECT column may: outside parentheses AS
     only names a result (CAST's is inside them). Spark parses such text alone, but not as a
     part of a larger expression."""
-    after_dot = False  # s.as: a field named as
-    for d, kind, tok in _at_depth(text):
-        if d == 0 and kind == "word" and tok.upper() == "AS" and not after_dot:
-            return True
-        if kind not in ("space", "comment"):
-            after_dot = kind == "other" and tok == "."
-    return False
+    return any(  # s.as: a field named as
+        d == 0 and kind == "word" and tok.upper() == "AS" and before != "."
+        for d, kind, tok, before in _at_depth(text)
+    )
 
 
 def lists_several(text: str) -> bool:
     """Whether ``text`` is several expressions (a comma outside parentheses), as a SELECT list
     is: in the parentheses :func:`operand` adds they would be one struct. A type's own commas
     (``s.m::map<string,int>``) are inside its angle brackets."""
-    angle, before = 0, ""  # before: the last token that is not space or a comment
-    for d, kind, tok in _at_depth(text):
+    angle = 0
+    for d, kind, tok, before in _at_depth(text):
         if kind == "other" and tok == "<" and (angle or before.lower() in _TYPE_WORDS):
             angle += 1
         elif kind == "other" and tok == ">" and angle:
             angle -= 1
         elif d == 0 and not angle and kind == "other" and tok == ",":
             return True
-        if kind not in ("space", "comment"):
-            before = tok
     return False
 
 
