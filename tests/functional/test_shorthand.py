@@ -27,6 +27,24 @@ from tests.functional.helpers import (
 S = "DBT_INTERNAL_SOURCE"
 T = "DBT_INTERNAL_DEST"
 
+
+def _cdc_model(config: str) -> str:
+    """A model with a CDC batch: versions, and an `op` column only in the incremental source."""
+    return incremental_model(
+        config,
+        values("id, name, version", "(1, 'a', 1)", "(2, 'b', 1)", "(3, 'c', 5)"),
+        values(
+            "id, name, version, op",
+            "(1, 'A', 2, 'U')",
+            "(2, 'b', 0, 'D')",
+            "(3, 'C', 4, 'U')",
+            "(4, 'd', 1, 'I')",
+            "(5, 'e', 1, 'D')",
+            "(6, 'f', 0, 'I')",
+        ),
+    )
+
+
 MODELS = {
     # unique_key as a string; row 3 arrives unchanged (not counted, skip_unchanged_updates
     # defaults to true), row 2 changes, row 4 is new.
@@ -133,36 +151,16 @@ MODELS = {
     # delete_condition + matched_condition + not_matched_condition together; `op` exists only
     # in the incremental source (insert * ignores it). The delete comes first whatever the
     # version; an unknown D row and a row failing not_matched_condition are not inserted.
-    "cdc_combined.sql": incremental_model(
+    "cdc_combined.sql": _cdc_model(
         f"unique_key='id', delete_condition=\"{S}.op = 'D'\", "
-        f"matched_condition='{S}.version > {T}.version', not_matched_condition='{S}.version > 0'",
-        values("id, name, version", "(1, 'a', 1)", "(2, 'b', 1)", "(3, 'c', 5)"),
-        values(
-            "id, name, version, op",
-            "(1, 'A', 2, 'U')",
-            "(2, 'b', 0, 'D')",
-            "(3, 'C', 4, 'U')",
-            "(4, 'd', 1, 'I')",
-            "(5, 'e', 1, 'D')",
-            "(6, 'f', 0, 'I')",
-        ),
+        f"matched_condition='{S}.version > {T}.version', not_matched_condition='{S}.version > 0'"
     ),
     # The same with trailing comments: the insert's condition the macros build from both keys
     # must end each comment before its closing parenthesis.
-    "cdc_commented.sql": incremental_model(
+    "cdc_commented.sql": _cdc_model(
         f"unique_key='id', delete_condition=\"{S}.op = 'D' -- hard deletes\", "
         f"matched_condition='{S}.version > {T}.version', "
-        f"not_matched_condition='{S}.version > 0 -- only real versions'",
-        values("id, name, version", "(1, 'a', 1)", "(2, 'b', 1)", "(3, 'c', 5)"),
-        values(
-            "id, name, version, op",
-            "(1, 'A', 2, 'U')",
-            "(2, 'b', 0, 'D')",
-            "(3, 'C', 4, 'U')",
-            "(4, 'd', 1, 'I')",
-            "(5, 'e', 1, 'D')",
-            "(6, 'f', 0, 'I')",
-        ),
+        f"not_matched_condition='{S}.version > 0 -- only real versions'"
     ),
     # unique_key spelled in another case than the column (Spark names are case-insensitive).
     "key_case.sql": incremental_model(
