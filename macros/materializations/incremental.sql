@@ -64,12 +64,25 @@
        row_level_merge model of the run) builds the source view, compiles and validates the
        spec, plans the merge and reports the files and bytes it would rewrite and the rows
        per clause; the first run's dry run counts the rows the table would be created with.
-       Nothing is written and post-hooks do not run. --#}
+       Nothing is written and post-hooks do not run (pre-hooks do, before it). --#}
   {%- if strategy == 'row_level_merge' and not empty_run and rowmerge_dry_run_requested(model.config) -%}
     {%- call statement('create_tmp_relation', language=language) -%}
       {{ create_table_as(True, tmp_relation, compiled_code, language) }}
     {%- endcall -%}
     {%- set creates = existing_relation is none or existing_relation.is_view or should_full_refresh() -%}
+    {#-- on_schema_change as the real run judges it: 'fail' fails here too; the changes
+         append_new_columns / sync_all_columns would make are reported, not made. --#}
+    {%- if not creates and on_schema_change == 'fail' -%}
+      {%- do process_schema_changes(on_schema_change, tmp_relation, existing_relation) -%}
+    {%- elif not creates and on_schema_change != 'ignore' -%}
+      {%- set changes = check_for_schema_changes(tmp_relation, existing_relation) -%}
+      {%- if changes['schema_changed'] -%}
+        {{ log("rowmerge dry run: " ~ target_relation ~ " (on_schema_change=" ~ on_schema_change ~ ") would gain column(s) ["
+               ~ (changes['source_not_in_target'] | map(attribute='name') | join(', ')) ~ "]"
+               ~ ((", lose [" ~ (changes['target_not_in_source'] | map(attribute='name') | join(', ')) ~ "], change the type of ["
+                   ~ (changes['new_target_types'] | map(attribute='column_name') | join(', ')) ~ "]") if on_schema_change == 'sync_all_columns' else ''), info=True) }}
+      {%- endif -%}
+    {%- endif -%}
     {%- set spec = rowmerge_planned_spec(tmp_relation, tmp_relation if creates else target_relation) -%}
     {%- if creates -%}
       {%- do store_result('main', response=adapter.rowmerge_dry_run_create(spec)) -%}

@@ -30,7 +30,12 @@
         ~ "(merged by dbt-rowmerge) or delta, iceberg or hudi (their own MERGE)") %}
   {%- endif -%}
 
-  {% if not adapter.check_schema_exists(model.database, model.schema) %}
+  {#-- A dry run (`--vars '{rowmerge_dry_run: true}'`, or config `dry_run: true`) of a
+       Parquet/ORC snapshot plans its merge and reports it, as a row_level_merge model's does:
+       no schema, table or column is created, no row written, no grant, doc or post-hook run. --#}
+  {%- set dry = not sql_merge and rowmerge_dry_run_requested(model.config) -%}
+
+  {% if not dry and not adapter.check_schema_exists(model.database, model.schema) %}
     {% do create_schema(model.schema) %}
   {% endif %}
 
@@ -49,11 +54,16 @@
       {% set build_sql = build_snapshot_table(strategy, model['compiled_code']) %}
       {% set build_or_select_sql = build_sql %}
       {{ check_time_data_types(build_or_select_sql) }}
+      {%- if dry -%}
+        {%- set counted = run_query('select count(*) from (\n' ~ build_sql ~ '\n) as rowmerge_dry_run') -%}
+        {%- do store_result('main', response=adapter.rowmerge_dry_run_created(target_relation, counted.columns[0].values()[0])) -%}
+      {%- else -%}
       {% call statement('main') %}
           {{ create_table_as(False, target_relation, build_sql) }}
       {% endcall %}
       {%- if not sql_merge -%}
         {%- do rowmerge_start_history(target_relation, 'CREATE TABLE') -%}
+      {%- endif -%}
       {%- endif -%}
 
   {% else %}
@@ -76,7 +86,17 @@
       {% set missing_columns = adapter.get_missing_columns(staging_table, target_relation)
                                    | rejectattr('name', 'in', remove_columns)
                                    | list %}
-      {% do create_columns(target_relation, missing_columns) %}
+      {%- if dry -%}
+        {#-- the columns are not added: the planned merge leaves them out --#}
+        {%- for column in missing_columns -%}
+          {%- do remove_columns.append(column.name) -%}
+        {%- endfor -%}
+        {%- if missing_columns -%}
+          {{ log("rowmerge dry run: " ~ target_relation ~ " would gain column(s) " ~ (missing_columns | map(attribute='name') | join(', ')), info=True) }}
+        {%- endif -%}
+      {%- else -%}
+        {% do create_columns(target_relation, missing_columns) %}
+      {%- endif -%}
 
       {% set source_columns = adapter.get_columns_in_relation(staging_table)
                                    | rejectattr('name', 'in', remove_columns)
@@ -96,12 +116,21 @@
         {#-- `dbt snapshot --empty` selects no rows: every current row would look deleted. --#}
         {%- if flags.EMPTY -%}
           {%- do store_result('main', response=adapter.rowmerge_skip_merge(spec, '--empty')) -%}
+        {%- elif dry -%}
+          {%- do store_result('main', response=adapter.rowmerge_dry_run(spec)) -%}
         {%- else -%}
           {%- do store_result('main', response=adapter.rowmerge_run_merge(spec)) -%}
         {%- endif -%}
       {% endif %}
 
   {% endif %}
+
+  {%- if dry -%}
+    {%- if staging_table is defined -%}
+      {%- do post_snapshot(staging_table) -%}
+    {%- endif -%}
+    {{ return({'relations': [target_relation] if target_relation_exists else []}) }}
+  {%- endif -%}
 
   {% set should_revoke = should_revoke(target_relation_exists, full_refresh_mode=False) %}
   {% do apply_grants(target_relation, grant_config, should_revoke=should_revoke) %}
@@ -125,8 +154,8 @@
 
 {#-- The row_level_merge config of dbt's snapshot merge (default__snapshot_merge_sql): match
      on dbt_scd_id; close the current version of an updated or deleted row; insert new
-     versions. Only the snapshot's own merge keys (change_data_feed, lock_timeout_s) are
-     taken from its config. --#}
+     versions. Of the snapshot's config only change_data_feed, lock_timeout_s and the
+     table's upkeep (auto_compact, retain_versions, ...) are ours to take. --#}
 {% macro rowmerge_snapshot_config(columns, insert_columns) %}
   {%- set dest, src = 'DBT_INTERNAL_DEST', 'DBT_INTERNAL_SOURCE' -%}
   {%- set valid_to = dest ~ '.`' ~ columns.dbt_valid_to ~ '`' -%}
@@ -153,7 +182,7 @@
        'values': values},
     ],
   } -%}
-  {%- for key in ['change_data_feed', 'lock_timeout_s'] -%}
+  {%- for key in ['change_data_feed', 'lock_timeout_s'] + adapter.rowmerge_defaults().upkeep_keys -%}
     {%- if config.get(key) is not none -%}{%- do cfg.update({key: config.get(key)}) -%}{%- endif -%}
   {%- endfor -%}
   {{ return(cfg) }}

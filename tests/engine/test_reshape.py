@@ -231,6 +231,28 @@ def test_a_parked_journal_is_finished_before_any_other_use_of_the_table(spark, d
     assert rows(spark, t) == [(9,)]
 
 
+def test_history_finishes_a_refresh_stopped_while_the_table_was_missing(spark, db, monkeypatch):
+    """Killed between the drop and the create: the table is missing from the catalog, and
+    history (like recover) registers it again instead of saying it does not exist."""
+    t, _ = _model(spark, db, feed=False)
+
+    def die(at: str) -> None:
+        if at == "reshape_dropped":
+            raise SystemExit("killed")
+
+    monkeypatch.setattr(faults, "fault_point", die)
+    with pytest.raises(SystemExit):
+        replace_table(spark, t, spark.createDataFrame([(9, "z")], "id long, v string"), partition_by=("v",))
+    monkeypatch.undo()
+    assert not spark.catalog.tableExists(t)
+    assert [h["version"] for h in history(spark, t)] == [2, 1, 0]
+    assert spark.catalog.tableExists(t)
+    recover(spark, t)  # as after a kill with the journal parked: the version's files move in
+    assert rows(spark, t) == [(9, "z")]
+    assert _described(spark, t)["partition_columns"] == ["v"]
+    assert not os.path.exists(table_dir(spark, t) + PARKED_SUFFIX)
+
+
 def test_a_merge_waiting_for_the_lock_through_a_refresh_merges_into_the_new_shape(spark, db, monkeypatch):
     """A merge that queued for the lock while a refresh held it sees the lock folder vanish
     while the journal is parked: it writes nothing there (its files would stand in the way of

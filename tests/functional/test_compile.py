@@ -409,6 +409,33 @@ ERRORS: dict[str, tuple[dict[str, Any], list[str] | None, str]] = {
         "`not_matched_by_source_condition` has no effect without `not_matched_by_source_action` "
         "('delete' or 'update')",
     ),
+    "empty_merge_clauses": (
+        {"unique_key": "id", "merge_clauses": []},
+        None,
+        "`merge_clauses` is an empty list: give at least one entry, or leave the key out",
+    ),
+    "nmbs_set_with_delete": (
+        {
+            "unique_key": "id",
+            "not_matched_by_source_action": "delete",
+            "not_matched_by_source_set": {"active": "false"},
+        },
+        None,
+        "`not_matched_by_source_set` has no effect with `not_matched_by_source_action`='delete' (a deleted "
+        "row takes no values); remove it, or set the action to 'update'",
+    ),
+    "matched_condition_with_skip": (
+        {"unique_key": "id", "skip_matched_step": True, "matched_condition": f"{S}.name <> {T}.name"},
+        None,
+        "`matched_condition` has no effect with `skip_matched_step`: true (that clause is not run); remove "
+        "one of them",
+    ),
+    "not_matched_condition_with_skip": (
+        {"unique_key": "id", "skip_not_matched_step": True, "not_matched_condition": f"{S}.name <> 'x'"},
+        None,
+        "`not_matched_condition` has no effect with `skip_not_matched_step`: true (that clause is not run); "
+        "remove one of them",
+    ),
     "skip_both_steps": (
         {"unique_key": "id", "skip_matched_step": True, "skip_not_matched_step": True},
         None,

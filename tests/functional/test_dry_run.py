@@ -11,6 +11,7 @@ from dbt.tests.util import run_dbt_and_capture
 
 from tests.functional.helpers import (
     by_name,
+    column_names,
     expect_rows,
     incremental_model,
     merge_line,
@@ -72,3 +73,44 @@ class TestDryRun:
         assert merge_line(merged).startswith("MERGE 1 updated, 1 inserted, 1 deleted; 1 of 1 files rewritten")
         assert merged.adapter_response["metrics"]["numTargetBytesRemoved"] == report["bytes_rewritten"]
         expect_rows(project, "cdc", [(1, "A", "U"), (3, "c", "I"), (4, "d", "I")])
+
+
+WIDER = values("id, name, op, w", "(1, 'A', 'U', 'x')", "(4, 'd', 'I', 'y')")
+
+
+class TestDryRunJudgesSchemaChanges:
+    """A dry run meets on_schema_change as the real run would: 'fail' fails (and nothing is
+    written either way); what append_new_columns would add is reported, not added."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "strict.sql": incremental_model("unique_key='id', on_schema_change='fail'", FIRST, WIDER),
+            "growing.sql": incremental_model(
+                "unique_key='id', on_schema_change='append_new_columns'", FIRST, WIDER
+            ),
+        }
+
+    def test_fail_fails_and_append_is_reported(self, project):
+        run_step(1)
+        dry = ["run", "--vars", "{step: 2, rowmerge_dry_run: true}"]
+        results, output = run_dbt_and_capture([*dry, "--select", "strict"], expect_pass=False)
+        assert by_name(results)["strict"].status == "error"
+        assert "The source and target schemas on this incremental model are out of sync" in output
+        assert column_names(project, "strict") == ["id", "name", "op"]
+        expect_rows(project, "strict", [(1, "a", "I"), (2, "b", "I"), (3, "c", "I")])
+
+        results, output = run_dbt_and_capture([*dry, "--select", "growing"])
+        line = merge_line(ok(by_name(results), "growing"))
+        assert line.endswith("; nothing written"), line
+        assert (
+            f"rowmerge dry run: {project.test_schema}.growing (on_schema_change=append_new_columns) "
+            "would gain column(s) [w]" in output
+        )
+        assert column_names(project, "growing") == ["id", "name", "op"]
+        expect_rows(project, "growing", [(1, "a", "I"), (2, "b", "I"), (3, "c", "I")])
+
+        # the real runs: the same failure, and the column added
+        run_step(2, "--select", "strict", expect_pass=False)
+        ok(run_step(2, "--select", "growing"), "growing")
+        assert column_names(project, "growing") == ["id", "name", "op", "w"]

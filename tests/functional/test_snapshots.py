@@ -15,9 +15,17 @@ from typing import Any
 
 import pytest
 from dbt.tests.adapter.simple_snapshot.test_snapshot import BaseSimpleSnapshot, BaseSnapshotCheck
-from dbt.tests.util import relation_from_name, run_dbt
+from dbt.tests.util import relation_from_name, run_dbt, run_dbt_and_capture
 
-from tests.functional.helpers import by_name, merge_line, rows, table, table_property
+from tests.functional.helpers import (
+    by_name,
+    column_names,
+    merge_line,
+    rows,
+    table,
+    table_exists,
+    table_property,
+)
 from tests.functional.test_change_feed_and_history import history_lines, run_operation, split_history
 
 D = dt.datetime
@@ -240,6 +248,92 @@ class TestEmptySnapshotChangesNothing:
         empty = snapshot(2, "--empty")
         assert merge_line(empty["snap"]) == f"MERGE skipped (--empty): {table(project, 'snap')} not changed"
         assert history(project, "snap") == before
+
+
+class TestDryRunWritesNothing:
+    """`--vars '{rowmerge_dry_run: true}'` plans a snapshot's merge as it does a model's: no
+    table on the first run, no column added, no row written; the real run then does what the
+    dry run reported."""
+
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        # the second step's source has a new column, w
+        return {
+            "snap.sql": "{% snapshot snap %}\n{{ config(unique_key='id', strategy='timestamp', "
+            "updated_at='updated_at', hard_deletes='invalidate') }}\n"
+            "{% if var('step', 1) == 1 %}"
+            f"select /*+ REPARTITION(1) */ * from values {SOURCE[1]} as t(id, v, updated_at)\n"
+            "{% else %}"
+            f"select /*+ REPARTITION(1) */ *, 'x' as w from values {SOURCE[2]} as t(id, v, updated_at)\n"
+            "{% endif %}\n{% endsnapshot %}\n"
+        }
+
+    def dry(self, step: int) -> tuple[Any, str]:
+        results, output = run_dbt_and_capture(
+            ["snapshot", "--vars", f"{{step: {step}, rowmerge_dry_run: true}}"]
+        )
+        result = by_name(results)["snap"]
+        assert result.status == "success"
+        return result, output
+
+    def test_the_dry_run_reports_and_the_real_run_does_it(self, project):
+        created, _ = self.dry(1)
+        assert merge_line(created) == (
+            f"CREATE TABLE dry run: {table(project, 'snap')} would be created with 3 rows; nothing written"
+        )
+        assert not table_exists(project, "snap")
+
+        snapshot(1)
+        before = history(project, "snap")
+        columns = column_names(project, "snap")
+        assert "w" not in columns
+
+        planned, output = self.dry(2)
+        line = merge_line(planned)
+        # 2's current version and 3 (deleted) closed; 2's new version and 4 inserted
+        assert line.startswith(
+            f"MERGE dry run: {table(project, 'snap')} would update 2, insert 2, delete 0 rows"
+        ), line
+        assert line.endswith("; nothing written"), line
+        assert f"rowmerge dry run: {table(project, 'snap')} would gain column(s) w" in output
+        assert history(project, "snap") == before
+        assert column_names(project, "snap") == columns
+        assert not table_exists(project, "snap__dbt_tmp")
+
+        merged = snapshot(2)["snap"]
+        assert merge_line(merged).startswith("MERGE 2 updated, 2 inserted, 0 deleted"), merge_line(merged)
+        assert "w" in column_names(project, "snap")
+        assert len(history(project, "snap")) == 5
+
+
+def retained_files(project: Any, name: str) -> list[str]:
+    """The files the table keeps for time travel (``_rowmerge_log/retained/<version>/``)."""
+    location = (table_property(project, name, "Location") or "").removeprefix("file:")
+    found = Path(location, "_rowmerge_log", "retained").rglob("*.parquet")
+    return [str(p) for p in found if not p.name.startswith(".")]  # not Hadoop's .crc files
+
+
+class TestUpkeepConfig:
+    """A snapshot's upkeep keys reach its table's journal as a model's do: retention off keeps
+    no replaced file; a bad value is refused naming the key."""
+
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        timestamp = "strategy='timestamp', updated_at='updated_at'"
+        return {
+            "kept.sql": snapshot_sql("kept", f"{timestamp}, auto_compact=false"),
+            "off.sql": snapshot_sql(
+                "off", f"{timestamp}, auto_compact=false, retain_versions=0, retain_hours=0"
+            ),
+        }
+
+    def test_retention_follows_the_snapshot_config(self, project):
+        snapshot(1)
+        second = snapshot(2)
+        for name in ("kept", "off"):
+            assert merge_line(second[name]).startswith("MERGE 1 updated, 2 inserted, 0 deleted; 1 of 1 files")
+        assert len(retained_files(project, "kept")) == 1  # the one file the merge rewrote
+        assert retained_files(project, "off") == []
 
 
 class ParquetSnapshotHelpers:

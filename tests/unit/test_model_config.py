@@ -74,6 +74,32 @@ def test_column_lists_are_not_checked_when_the_update_is_skipped() -> None:
     assert mc.config_problems(cfg, REL, ["id"]) == []
 
 
+def test_a_setting_its_clause_cannot_use_is_refused_not_dropped() -> None:
+    """Each of these the macros would leave out of the spec: the user's intent, silently lost."""
+    for cfg, key in (
+        (
+            {"not_matched_by_source_action": "delete", "not_matched_by_source_set": {"a": "1"}},
+            "not_matched_by_source_set",
+        ),
+        ({"skip_matched_step": True, "matched_condition": "true"}, "matched_condition"),
+        ({"skip_not_matched_step": True, "not_matched_condition": "true"}, "not_matched_condition"),
+    ):
+        problems = mc.config_problems({"unique_key": "id", **cfg}, REL)
+        assert len(problems) == 1 and problems[0].startswith(f"`{key}` has no effect with "), problems
+    # the config's own key is named, not the spec's (`clauses`)
+    assert mc.config_problems({"unique_key": "id", "merge_clauses": []}, REL) == [
+        "`merge_clauses` is an empty list: give at least one entry, or leave the key out"
+    ]
+    # the same settings where their clause runs are fine
+    for cfg in (
+        {"not_matched_by_source_action": "update", "not_matched_by_source_set": {"a": "1"}},
+        {"skip_matched_step": False, "matched_condition": "true"},
+        {"skip_not_matched_step": None, "not_matched_condition": "true"},
+        {"skip_matched_step": True, "not_matched_condition": "true"},
+    ):
+        assert mc.config_problems({"unique_key": "id", **cfg}, REL) == [], cfg
+
+
 def test_the_spec_is_judged_only_when_the_config_is_valid() -> None:
     bad_spec = {"target": REL, "source": "s", "on": "x", "clauses": "nope"}
     assert mc.problems(bad_spec, {"matched_condition": "true"}, REL) == [

@@ -131,7 +131,11 @@ class RowMergeAdapter(SparkAdapter):
     @available
     def rowmerge_defaults(self) -> dict[str, Any]:
         """Defaults the compiling macros need (aliases, change-table suffix, spec version)."""
-        return {**model_config.DEFAULTS, "spec_keys": list(model_config.SPEC_KEYS)}
+        return {
+            **model_config.DEFAULTS,
+            "spec_keys": list(model_config.SPEC_KEYS),
+            "upkeep_keys": list(model_config.UPKEEP_KEYS),
+        }
 
     @available
     def rowmerge_config_error(
@@ -259,13 +263,18 @@ class RowMergeAdapter(SparkAdapter):
             return merge.initial_rows(spark, spec).count()
 
         rows = self._engine(count, spec.target)
+        return self.rowmerge_dry_run_created(spec.target, rows, dict(spec.raw))
+
+    @available
+    def rowmerge_dry_run_created(self, target: Any, rows: Any, spec: Any = None) -> RowMergeAdapterResponse:
+        """The run line of a first run's dry run that counted ``rows`` (a snapshot's too)."""
+        name = _relation_name(target)
         return RowMergeAdapterResponse(
-            _message=f"CREATE TABLE dry run: {spec.target} would be created with {rows} rows; "
-            "nothing written",
+            _message=f"CREATE TABLE dry run: {name} would be created with {int(rows)} rows; nothing written",
             code="CREATE TABLE",
             rows_affected=0,
-            spec=dict(spec.raw),
-            dry_run={"target": spec.target, "rows": rows},
+            spec=dict(spec or {}),
+            dry_run={"target": name, "rows": int(rows)},
         )
 
     @available

@@ -115,6 +115,8 @@ def _shape_problem(key: str, rule: Key, value: Any) -> str | None:
     """What is wrong with the value's shape, or None (the value is not None here)."""
     if rule.kind == "list" and not _is_list(value):
         return f"`{key}` must be a list, got {value!r}"
+    if rule.kind == "list" and not value:
+        return f"`{key}` is an empty list: give at least one entry, or leave the key out"
     if rule.kind == "strings" and not (_is_list(value) and all(_is_name(v) for v in value)):
         return f"`{key}` must be a list of strings, got {value!r}"
     if rule.kind == "bool" and not isinstance(value, bool):
@@ -207,6 +209,21 @@ def config_problems(
                 problems.append(
                     f"`{key}` has no effect without `not_matched_by_source_action` ('delete' or 'update')"
                 )
+    if action == "delete" and _set(config, "not_matched_by_source_set"):
+        problems.append(
+            "`not_matched_by_source_set` has no effect with `not_matched_by_source_action`='delete' "
+            "(a deleted row takes no values); remove it, or set the action to 'update'"
+        )
+    # A condition on a step that is skipped would be dropped without a word (merge_update_columns
+    # and merge_exclude_columns are not refused there: projects set them for every model).
+    for skip, key in (
+        ("skip_matched_step", "matched_condition"),
+        ("skip_not_matched_step", "not_matched_condition"),
+    ):
+        if config.get(skip) is True and _set(config, key):
+            problems.append(
+                f"`{key}` has no effect with `{skip}`: true (that clause is not run); remove one of them"
+            )
     if (
         config.get("skip_matched_step") is True
         and config.get("skip_not_matched_step") is True
@@ -311,9 +328,8 @@ def unknown_arguments(operation: str, given: Sequence[str], known: Sequence[str]
     for name in unknown:
         close = difflib.get_close_matches(name, list(known), n=1, cutoff=MISSPELLING_CUTOFF)
         said.append(f"`{name}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
-    return (
-        f"{operation} takes no argument {', '.join(said)}; its arguments are "
-        + ", ".join(f"`{k}`" for k in known)
+    return f"{operation} takes no argument {', '.join(said)}; its arguments are " + ", ".join(
+        f"`{k}`" for k in known
     )
 
 

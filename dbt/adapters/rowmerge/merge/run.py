@@ -945,8 +945,9 @@ def history(spark: SparkSession, table_name: str, limit: int | None = None) -> l
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         wanted = "a whole number >= 1 (left out: every version)"
         raise MergeSpecError([f"`limit` must be {wanted}, got {limit!r}"])
-    target = load_target(spark, table_name, "HISTORY of table")
-    return open_journal(spark, target.location).history(limit)
+    # a full refresh stopped while its table was missing from the catalog is finished first,
+    # as by any engine call on the table
+    return open_journal(spark, locate_or_finish(spark, table_name, "HISTORY of table")).history(limit)
 
 
 def changes_range(
