@@ -39,9 +39,9 @@
      clustering, else the model's unique_key (less partition columns; not stored), and
      target_file_size_mb the model's. cluster_by: [] packs files without ordering rows and clears
      the stored clustering. --#}
-{% macro rowmerge_optimize(relation, cluster_by=none, partition_filter=none, target_file_size_mb=none, dry_run=false) %}
+{% macro rowmerge_optimize(relation, cluster_by=none, partition_filter=none, target_file_size_mb=none, dry_run=false, lock_timeout_s=none) %}
   {{- adapter.rowmerge_check_arguments('rowmerge_optimize', kwargs.keys(),
-      ['relation', 'cluster_by', 'partition_filter', 'target_file_size_mb', 'dry_run']) -}}
+      ['relation', 'cluster_by', 'partition_filter', 'target_file_size_mb', 'dry_run', 'lock_timeout_s']) -}}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
   {%- set model = rowmerge_model_config(relation) or {} -%}
   {%- set keys = cluster_by if cluster_by is not none else model.get('cluster_by') -%}
@@ -49,7 +49,8 @@
     {%- set keys = [keys] -%}
   {%- endif -%}
   {%- set size = target_file_size_mb if target_file_size_mb is not none else model.get('target_file_size_mb') -%}
-  {%- set done = adapter.rowmerge_optimize(relation, keys, partition_filter, size, dry_run, rowmerge_model_key(relation)) -%}
+  {%- set wait = lock_timeout_s if lock_timeout_s is not none else model.get('lock_timeout_s') -%}
+  {%- set done = adapter.rowmerge_optimize(relation, keys, partition_filter, size, dry_run, rowmerge_model_key(relation), wait) -%}
   {{ log("rowmerge_optimize " ~ relation ~ ": " ~ done.message, info=True) }}
   {#-- as a hook, renders to no SQL: the work is done --#}
   {{ return('') }}
@@ -85,12 +86,13 @@
      dry_run: true reports what it would change. unique_key defaults to the model's, so a
      changed row shows as an update. Needs the version's files retained (retain_versions /
      retain_hours). --#}
-{% macro rowmerge_restore(relation, version=none, timestamp=none, unique_key=none, dry_run=false) %}
+{% macro rowmerge_restore(relation, version=none, timestamp=none, unique_key=none, dry_run=false, lock_timeout_s=none) %}
   {{- adapter.rowmerge_check_arguments('rowmerge_restore', kwargs.keys(),
-      ['relation', 'version', 'timestamp', 'unique_key', 'dry_run']) -}}
+      ['relation', 'version', 'timestamp', 'unique_key', 'dry_run', 'lock_timeout_s']) -}}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
   {%- set keys = unique_key if unique_key is not none else rowmerge_model_key(relation) -%}
-  {%- set done = adapter.rowmerge_restore(relation, version, timestamp, keys, dry_run) -%}
+  {%- set wait = lock_timeout_s if lock_timeout_s is not none else (rowmerge_model_config(relation) or {}).get('lock_timeout_s') -%}
+  {%- set done = adapter.rowmerge_restore(relation, version, timestamp, keys, dry_run, wait) -%}
   {{ log("rowmerge_restore " ~ relation ~ ": " ~ done.message, info=True) }}
   {{ return(done) }}
 {% endmacro %}
@@ -103,11 +105,12 @@
      files of versions current less than an hour ago are refused unless force: true;
      dry_run: true lists what it would delete and the bytes. As a post-hook:
      post_hook="{{ rowmerge_vacuum(this) }}". --#}
-{% macro rowmerge_vacuum(relation, retain_versions=none, retain_hours=none, dry_run=false, force=false, change_feed_retain_versions=none) %}
+{% macro rowmerge_vacuum(relation, retain_versions=none, retain_hours=none, dry_run=false, force=false, change_feed_retain_versions=none, lock_timeout_s=none) %}
   {{- adapter.rowmerge_check_arguments('rowmerge_vacuum', kwargs.keys(),
-      ['relation', 'retain_versions', 'retain_hours', 'dry_run', 'force', 'change_feed_retain_versions']) -}}
+      ['relation', 'retain_versions', 'retain_hours', 'dry_run', 'force', 'change_feed_retain_versions', 'lock_timeout_s']) -}}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
-  {%- set done = adapter.rowmerge_vacuum(relation, retain_versions, retain_hours, dry_run, force, change_feed_retain_versions) -%}
+  {%- set wait = lock_timeout_s if lock_timeout_s is not none else (rowmerge_model_config(relation) or {}).get('lock_timeout_s') -%}
+  {%- set done = adapter.rowmerge_vacuum(relation, retain_versions, retain_hours, dry_run, force, change_feed_retain_versions, wait) -%}
   {{ log("rowmerge_vacuum " ~ relation ~ ": " ~ done.message, info=True) }}
   {%- if adapter.rowmerge_flag(dry_run, 'dry_run') -%}
     {%- for path in done.files -%}

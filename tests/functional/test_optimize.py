@@ -12,7 +12,10 @@ import re
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
+from pyspark.sql import SparkSession
 
+from dbt.adapters.rowmerge.merge.lock import TableLock
+from dbt.adapters.rowmerge.merge.storage import storage_for
 from tests.functional.helpers import incremental_model, metrics, ok, rows, run_step, table, values
 
 STEP1 = values("id, name", "(1, 'a')", "(2, 'b')")
@@ -174,6 +177,40 @@ class TestOptimizePostHook:
         ok(run_step(2), "orders")
         assert [h[1] for h in _history(project, "orders")] == ["OPTIMIZE", "MERGE", "CREATE TABLE"]
         assert _data_files(project, "orders") == 1
+
+
+class TestOperationsWaitAsTheModelSays:
+    """A table operation run on a model's table waits for its lock as long as the model's
+    lock_timeout_s says (a post-hook of a model with 0 does not wait 600 s), unless its own
+    argument says otherwise; a bad one is refused by name before anything runs."""
+
+    def test_the_models_lock_timeout_is_the_operations(self, project, spark: SparkSession):
+        config = "unique_key='id', auto_compact=false, lock_timeout_s=0"
+        write_file(incremental_model(config, STEP1, STEP2), project.project_root, "models", "orders.sql")
+        ok(run_step(1), "orders")
+        relation = table(project, "orders")
+        holder = TableLock(
+            storage_for(spark), "file:" + _folder(project, "orders") + "/_rowmerge_log", relation, "MERGE", 0
+        )
+        with holder:
+            for operation, args in (
+                ("rowmerge_optimize", ""),
+                ("rowmerge_vacuum", ""),
+                ("rowmerge_restore", ", version: 0"),
+                ("rowmerge_optimize", ", lock_timeout_s: '0.5'"),
+            ):
+                _, refused = run_dbt_and_capture(
+                    ["run-operation", operation, "--args", f"{{relation: {relation}{args}}}"],
+                    expect_pass=False,
+                )
+                waited = "0.5" if "0.5" in args else "0"
+                assert f"on {relation} gave up after waiting {waited} s" in refused, (operation, refused)
+        _, refused = run_dbt_and_capture(
+            ["run-operation", "rowmerge_vacuum", "--args", f"{{relation: {relation}, lock_timeout_s: -1}}"],
+            expect_pass=False,
+        )
+        assert "`lock_timeout_s` must be a finite number of seconds >= 0, got -1" in refused
+        assert [h[1] for h in _history(project, "orders")] == ["CREATE TABLE"]
 
 
 class TestBadUpkeepConfig:

@@ -429,3 +429,19 @@ def test_a_target_size_below_a_byte_is_one_byte() -> None:
     from dbt.adapters.rowmerge.merge.spec import Upkeep
 
     assert Upkeep(target_file_size_mb=1e-9).target_bytes == 1
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), True, "10", None])
+def test_table_operations_refuse_a_bad_lock_timeout_before_touching_the_table(value: object) -> None:
+    """optimize, restore and vacuum judge lock_timeout_s as a merge's spec does, before any
+    Spark or filesystem call (here there is no session at all)."""
+    from dbt.adapters.rowmerge.merge import MergeSpecError, optimize, restore, vacuum
+
+    for call in (
+        lambda: optimize(None, "db.t", lock_timeout_s=value),  # type: ignore[arg-type]
+        lambda: restore(None, "db.t", version=0, lock_timeout_s=value),  # type: ignore[arg-type]
+        lambda: vacuum(None, "db.t", lock_timeout_s=value),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(MergeSpecError) as info:
+            call()
+        assert f"`lock_timeout_s` must be a finite number of seconds >= 0, got {value!r}" in str(info.value)

@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from dbt.adapters.rowmerge import merge, model_config
 from dbt.adapters.rowmerge.connections import RowMergeConnectionManager
 from dbt.adapters.rowmerge.merge.notices import warnings_to
+from dbt.adapters.rowmerge.merge.spec import DEFAULT_LOCK_TIMEOUT_S
 from dbt.adapters.rowmerge.merge.sqltext import parse_name, same_table
 from dbt.adapters.rowmerge.session import session_for
 
@@ -37,6 +38,19 @@ T = TypeVar("T")
 def _relation_name(relation: Any) -> str:
     """A relation as SQL names it (a dbt Relation renders itself; a string is taken as is)."""
     return relation.render() if hasattr(relation, "render") else str(relation)
+
+
+def _lock_timeout(value: Any) -> Any:
+    """A run-operation's ``lock_timeout_s`` (None: the engine's default); a quoted number from
+    ``--args`` is read as the number, anything else left for the engine to refuse by name."""
+    if value is None:
+        return DEFAULT_LOCK_TIMEOUT_S
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -321,6 +335,7 @@ class RowMergeAdapter(SparkAdapter):
         target_file_size_mb: float | None = None,
         dry_run: Any = False,
         default_cluster_by: Any = None,
+        lock_timeout_s: Any = None,
     ) -> dict[str, Any]:
         """Compact the table's small files as an OPTIMIZE version (merge.optimize);
         ``default_cluster_by``: the model's unique_key, used when neither ``cluster_by`` nor
@@ -336,6 +351,7 @@ class RowMergeAdapter(SparkAdapter):
                 target_file_size_mb=target_file_size_mb,
                 dry_run=_flag(dry_run, "dry_run"),
                 default_cluster_by=list(fallback or []) or None,
+                lock_timeout_s=_lock_timeout(lock_timeout_s),
             ),
             name,
             "rowmerge_optimize",
@@ -350,12 +366,19 @@ class RowMergeAdapter(SparkAdapter):
         timestamp: str | None = None,
         unique_key: Any = None,
         dry_run: Any = False,
+        lock_timeout_s: Any = None,
     ) -> dict[str, Any]:
         """Make the table's rows those of an earlier version again, as a RESTORE version."""
         name = _relation_name(relation)
         done = self._engine(
             lambda spark: merge.restore(
-                spark, name, version, timestamp, unique_key=unique_key, dry_run=_flag(dry_run, "dry_run")
+                spark,
+                name,
+                version,
+                timestamp,
+                unique_key=unique_key,
+                dry_run=_flag(dry_run, "dry_run"),
+                lock_timeout_s=_lock_timeout(lock_timeout_s),
             ),
             name,
             "rowmerge_restore",
@@ -371,6 +394,7 @@ class RowMergeAdapter(SparkAdapter):
         dry_run: Any = False,
         force: Any = False,
         change_feed_retain_versions: int | None = None,
+        lock_timeout_s: Any = None,
     ) -> dict[str, Any]:
         """Delete the files the table keeps past its retention, as a VACUUM version."""
         name = _relation_name(relation)
@@ -383,6 +407,7 @@ class RowMergeAdapter(SparkAdapter):
                 dry_run=_flag(dry_run, "dry_run"),
                 force=_flag(force, "force"),
                 change_feed_retain_versions=change_feed_retain_versions,
+                lock_timeout_s=_lock_timeout(lock_timeout_s),
             ),
             name,
             "rowmerge_vacuum",

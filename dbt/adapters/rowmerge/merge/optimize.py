@@ -54,7 +54,7 @@ from .lock import TableLock
 from .notices import warn
 from .outputs import q
 from .rewrite import staged_files
-from .spec import DEFAULT_LOCK_TIMEOUT_S, Upkeep, parse_upkeep
+from .spec import DEFAULT_LOCK_TIMEOUT_S, Upkeep, lock_timeout_problems, parse_upkeep
 from .storage import FileInfo
 from .table import TargetTable, load_target, partition_values
 
@@ -165,6 +165,7 @@ def optimize(
     if target_file_size_mb is not None:
         raw["target_file_size_mb"] = target_file_size_mb
     upkeep = parse_upkeep(raw, problems)
+    problems += lock_timeout_problems(lock_timeout_s)
     if partition_filter is not None and (
         not isinstance(partition_filter, str) or not partition_filter.strip()
     ):

@@ -50,7 +50,7 @@ from .outputs import (
     holds_map_or_variant,
     q,
 )
-from .spec import DEFAULT_LOCK_TIMEOUT_S
+from .spec import DEFAULT_LOCK_TIMEOUT_S, lock_timeout_problems
 from .table import TargetTable, load_target
 
 logger = logging.getLogger("rowmerge")
@@ -118,7 +118,7 @@ def restore(
     Raises MergeSpecError for bad arguments and JournalError for a version that cannot be
     brought back (the message names the oldest readable one); the table is left as it was.
     """
-    when, keys = _arguments(version, timestamp, unique_key)
+    when, keys = _arguments(version, timestamp, unique_key, lock_timeout_s)
     from .run import locate_or_finish, open_journal, recover_locked, storage_errors, table_lock
 
     with lean_columns(), storage_errors(f"RESTORE of {table}"):
@@ -136,8 +136,10 @@ def restore(
             return _restore(spark, journal, lock, target, version, when, keys)
 
 
-def _arguments(version: Any, timestamp: Any, unique_key: Any) -> tuple[datetime | None, tuple[str, ...]]:
-    problems: list[str] = []
+def _arguments(
+    version: Any, timestamp: Any, unique_key: Any, lock_timeout_s: Any
+) -> tuple[datetime | None, tuple[str, ...]]:
+    problems: list[str] = lock_timeout_problems(lock_timeout_s)
     when = version_arguments(version, timestamp, problems)
     keys: tuple[str, ...] = ()
     if isinstance(unique_key, str) and unique_key.strip():

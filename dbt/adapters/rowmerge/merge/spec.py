@@ -408,13 +408,7 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
         if not isinstance(raw.get(key, default), bool):
             problems.append(f"`{key}` must be true or false, got {raw.get(key)!r}")
     lock_timeout = raw.get("lock_timeout_s", DEFAULT_LOCK_TIMEOUT_S)
-    if (
-        isinstance(lock_timeout, bool)
-        or not isinstance(lock_timeout, (int, float))
-        or not math.isfinite(lock_timeout)
-        or lock_timeout < 0
-    ):
-        problems.append(f"`lock_timeout_s` must be a finite number of seconds >= 0, got {lock_timeout!r}")
+    problems += lock_timeout_problems(lock_timeout)
 
     max_delete = raw.get("max_delete_fraction")
     if max_delete is not None and (
@@ -469,6 +463,19 @@ def parse_spec(raw: Mapping[str, Any]) -> MergeSpec:
         upkeep=upkeep,
         raw=dict(raw),
     )
+
+
+def lock_timeout_problems(value: Any) -> list[str]:
+    """What is wrong with a ``lock_timeout_s``, a merge's or a table operation's (empty if
+    nothing): a wait that is negative, infinite or not a number would never be what was meant."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        return [f"`lock_timeout_s` must be a finite number of seconds >= 0, got {value!r}"]
+    return []
 
 
 def _parse_clauses(raw_clauses: Any, problems: list[str]) -> tuple[Clause, ...]:

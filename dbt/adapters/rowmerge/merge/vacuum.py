@@ -34,7 +34,7 @@ from .journal.entry import fold as fold_entry
 from .journal.layout import iso, parse_iso
 from .lean_columns import lean_columns
 from .lock import TableLock
-from .spec import DEFAULT_LOCK_TIMEOUT_S, Upkeep, parse_upkeep
+from .spec import DEFAULT_LOCK_TIMEOUT_S, Upkeep, lock_timeout_problems, parse_upkeep
 from .table import COMMIT_VERSION, TargetTable, describe_table, load_target, sql_name
 
 logger = logging.getLogger("rowmerge")
@@ -127,7 +127,9 @@ def vacuum(
     SAFE_HOURS ago too. Raises MergeSpecError for bad arguments, UnsafeVacuumError for an
     unforced unsafe retention; the table is left as it was.
     """
-    upkeep = _check_arguments(retain_versions, retain_hours, change_feed_retain_versions, dry_run, force)
+    upkeep = _check_arguments(
+        retain_versions, retain_hours, change_feed_retain_versions, dry_run, force, lock_timeout_s
+    )
     from .run import locate_or_finish, open_journal, recover_locked, storage_errors, table_lock
 
     with lean_columns(), storage_errors(f"VACUUM of {table}"):
@@ -145,9 +147,11 @@ def vacuum(
             return _vacuum(spark, journal, lock, target, upkeep, force)
 
 
-def _check_arguments(versions: Any, hours: Any, feed_versions: Any, dry_run: Any, force: Any) -> Upkeep:
+def _check_arguments(
+    versions: Any, hours: Any, feed_versions: Any, dry_run: Any, force: Any, lock_timeout_s: Any
+) -> Upkeep:
     """The retention arguments, checked as a model's config keys are (spec.parse_upkeep)."""
-    problems: list[str] = []
+    problems: list[str] = lock_timeout_problems(lock_timeout_s)
     raw = {"retain_versions": versions, "retain_hours": hours, "change_feed_retain_versions": feed_versions}
     upkeep = parse_upkeep(raw, problems)
     for key, value in (("dry_run", dry_run), ("force", force)):
