@@ -70,20 +70,33 @@
       {{ create_table_as(True, tmp_relation, compiled_code, language) }}
     {%- endcall -%}
     {%- set creates = existing_relation is none or existing_relation.is_view or should_full_refresh() -%}
-    {#-- on_schema_change as the real run judges it: 'fail' fails here too; the changes
-         append_new_columns / sync_all_columns would make are reported, not made. --#}
+    {#-- on_schema_change as the real run meets it: 'fail' fails; sync_all_columns fails where
+         the real run's ALTER TABLE would (Spark drops no column of a Parquet/ORC table and
+         changes no column's type); the columns append_new_columns / sync_all_columns would
+         add are logged, not added, and the merge is planned with them, as it will run. --#}
+    {%- set planned_cfg = none -%}
     {%- if not creates and on_schema_change == 'fail' -%}
       {%- do process_schema_changes(on_schema_change, tmp_relation, existing_relation) -%}
     {%- elif not creates and on_schema_change != 'ignore' -%}
       {%- set changes = check_for_schema_changes(tmp_relation, existing_relation) -%}
-      {%- if changes['schema_changed'] -%}
+      {%- if on_schema_change == 'sync_all_columns' and changes['target_not_in_source'] -%}
+        {%- do exceptions.raise_compiler_error("Apache Spark does not support dropping columns from tables: on_schema_change='sync_all_columns' would drop "
+              ~ (changes['target_not_in_source'] | map(attribute='name') | join(', ')) ~ " from " ~ target_relation ~ ", and the real run fails the same way") -%}
+      {%- endif -%}
+      {%- if on_schema_change == 'sync_all_columns' and changes['new_target_types'] -%}
+        {%- do exceptions.raise_compiler_error("on_schema_change='sync_all_columns' would change the type of "
+              ~ (changes['new_target_types'] | map(attribute='column_name') | join(', ')) ~ " in " ~ target_relation
+              ~ ", which Spark refuses for a Parquet/ORC table (ALTER TABLE ... ALTER COLUMN ... TYPE): the real run fails there") -%}
+      {%- endif -%}
+      {%- if changes['source_not_in_target'] -%}
         {{ log("rowmerge dry run: " ~ target_relation ~ " (on_schema_change=" ~ on_schema_change ~ ") would gain column(s) ["
-               ~ (changes['source_not_in_target'] | map(attribute='name') | join(', ')) ~ "]"
-               ~ ((", lose [" ~ (changes['target_not_in_source'] | map(attribute='name') | join(', ')) ~ "], change the type of ["
-                   ~ (changes['new_target_types'] | map(attribute='column_name') | join(', ')) ~ "]") if on_schema_change == 'sync_all_columns' else ''), info=True) }}
+               ~ (changes['source_not_in_target'] | map(attribute='name') | join(', ')) ~ "]", info=True) }}
+        {%- set planned_cfg = {} -%}
+        {%- do planned_cfg.update(model.config) -%}
+        {%- do planned_cfg.update({'on_schema_change': 'append_new_columns'}) -%}
       {%- endif -%}
     {%- endif -%}
-    {%- set spec = rowmerge_planned_spec(tmp_relation, tmp_relation if creates else target_relation) -%}
+    {%- set spec = rowmerge_planned_spec(tmp_relation, tmp_relation if creates else target_relation, planned_cfg) -%}
     {%- if creates -%}
       {%- do store_result('main', response=adapter.rowmerge_dry_run_create(spec)) -%}
     {%- else -%}

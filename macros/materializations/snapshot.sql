@@ -34,6 +34,9 @@
        Parquet/ORC snapshot plans its merge and reports it, as a row_level_merge model's does:
        no schema, table or column is created, no row written, no grant, doc or post-hook run. --#}
   {%- set dry = not sql_merge and rowmerge_dry_run_requested(model.config) -%}
+  {%- if not sql_merge -%}
+    {%- do adapter.rowmerge_check_snapshot_config(model.config, target_relation) -%}
+  {%- endif -%}
 
   {% if not dry and not adapter.check_schema_exists(model.database, model.schema) %}
     {% do create_schema(model.schema) %}

@@ -57,24 +57,38 @@
 {% endmacro %}
 
 
-{#-- The config of the project's model whose relation is `relation` (none if no model's is),
-     however the relation is spelled (`ANALYTICS.ORDERS`, `spark_catalog.analytics.orders`). --#}
-{% macro rowmerge_model_config(relation) %}
+{#-- The project's model or snapshot whose relation is `relation` (none if none's is), however
+     the relation is spelled (`ANALYTICS.ORDERS`, `spark_catalog.analytics.orders`). --#}
+{% macro rowmerge_model_node(relation) %}
   {%- set wanted = relation.render() if relation.render is defined else relation | string -%}
-  {%- for node in graph.nodes.values() if node.resource_type == 'model' -%}
+  {%- for node in graph.nodes.values() if node.resource_type in ['model', 'snapshot'] -%}
     {%- set rel = api.Relation.create(schema=node.schema, identifier=node.alias) -%}
     {%- if adapter.rowmerge_same_table(wanted, rel.render())
            or (node.relation_name and adapter.rowmerge_same_table(wanted, node.relation_name)) -%}
-      {{ return(node.config) }}
+      {{ return(node) }}
     {%- endif -%}
   {%- endfor -%}
   {{ return(none) }}
 {% endmacro %}
 
 
-{#-- The unique_key of the project's model whose relation is `relation` (none if it has none). --#}
+{#-- That model's or snapshot's config (none if there is none). --#}
+{% macro rowmerge_model_config(relation) %}
+  {%- set node = rowmerge_model_node(relation) -%}
+  {{ return(node.config if node else none) }}
+{% endmacro %}
+
+
+{#-- The key of a row of the table: the model's unique_key (none if it has none); a snapshot's
+     rows are versions, one per dbt_scd_id (its unique_key repeats). --#}
 {% macro rowmerge_model_key(relation) %}
-  {%- set key = (rowmerge_model_config(relation) or {}).get('unique_key') -%}
+  {%- set node = rowmerge_model_node(relation) -%}
+  {%- if not node -%}{{ return(none) }}{%- endif -%}
+  {%- if node.resource_type == 'snapshot' -%}
+    {%- set names = node.config.get('snapshot_meta_column_names') or {} -%}
+    {{ return([names.get('dbt_scd_id') or 'dbt_scd_id']) }}
+  {%- endif -%}
+  {%- set key = node.config.get('unique_key') -%}
   {{ return([key] if key is string else key) }}
 {% endmacro %}
 

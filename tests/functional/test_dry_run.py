@@ -5,6 +5,7 @@ does exactly what was reported. A first run's dry run creates nothing."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dbt.tests.util import run_dbt_and_capture
@@ -76,41 +77,87 @@ class TestDryRun:
 
 
 WIDER = values("id, name, op, w", "(1, 'A', 'U', 'x')", "(4, 'd', 'I', 'y')")
+# differs from row 1 only in the new column: an update once the column exists
+ONLY_NEW_COLUMN = values("id, name, op, w", "(1, 'a', 'I', 'x')")
+WITHOUT_OP = values("id, name", "(1, 'A')")
+RETYPED = values("id, name, op", "(1, 5, 'U')")
+UNCHANGED = [(1, "a", "I"), (2, "b", "I"), (3, "c", "I")]
+
+
+def osc(mode: str, later: str) -> str:
+    return incremental_model(f"unique_key='id', on_schema_change='{mode}'", FIRST, later)
 
 
 class TestDryRunJudgesSchemaChanges:
-    """A dry run meets on_schema_change as the real run would: 'fail' fails (and nothing is
-    written either way); what append_new_columns would add is reported, not added."""
+    """A dry run meets on_schema_change as the real run would: it fails where the real run
+    fails ('fail'; sync_all_columns dropping or retyping a column), plans the merge with the
+    columns append_new_columns / sync_all_columns would add (reported, not added), and
+    writes nothing either way."""
 
     @pytest.fixture(scope="class")
     def models(self):
         return {
-            "strict.sql": incremental_model("unique_key='id', on_schema_change='fail'", FIRST, WIDER),
-            "growing.sql": incremental_model(
-                "unique_key='id', on_schema_change='append_new_columns'", FIRST, WIDER
-            ),
+            "strict.sql": osc("fail", WIDER),
+            "growing.sql": osc("append_new_columns", WIDER),
+            "syncadd.sql": osc("sync_all_columns", ONLY_NEW_COLUMN),
+            "syncdrop.sql": osc("sync_all_columns", WITHOUT_OP),
+            "retyped.sql": osc("sync_all_columns", RETYPED),
         }
 
-    def test_fail_fails_and_append_is_reported(self, project):
-        run_step(1)
-        dry = ["run", "--vars", "{step: 2, rowmerge_dry_run: true}"]
-        results, output = run_dbt_and_capture([*dry, "--select", "strict"], expect_pass=False)
-        assert by_name(results)["strict"].status == "error"
-        assert "The source and target schemas on this incremental model are out of sync" in output
-        assert column_names(project, "strict") == ["id", "name", "op"]
-        expect_rows(project, "strict", [(1, "a", "I"), (2, "b", "I"), (3, "c", "I")])
+    def dry(self, name: str, expect_pass: bool = True) -> tuple[Any, str]:
+        args = ["run", "--vars", "{step: 2, rowmerge_dry_run: true}", "--select", name]
+        results, output = run_dbt_and_capture(args, expect_pass=expect_pass)
+        return by_name(results)[name], output
 
-        results, output = run_dbt_and_capture([*dry, "--select", "growing"])
-        line = merge_line(ok(by_name(results), "growing"))
-        assert line.endswith("; nothing written"), line
+    def test_dry_runs_fail_and_plan_as_the_real_runs(self, project):
+        run_step(1)
+        models = ("strict", "growing", "syncadd", "syncdrop", "retyped")
+        failed = {}
+        for name in ("strict", "syncdrop", "retyped"):
+            result, failed[name] = self.dry(name, expect_pass=False)
+            assert result.status == "error", name
+        assert "The source and target schemas on this incremental model are out of sync" in failed["strict"]
+        assert (
+            "Apache Spark does not support dropping columns from tables: on_schema_change='sync_all_columns' "
+            f"would drop op from {project.test_schema}.syncdrop" in _one_line(failed["syncdrop"])
+        )
+        assert (
+            "on_schema_change='sync_all_columns' would change the type of name in "
+            f"{project.test_schema}.retyped, which Spark refuses" in _one_line(failed["retyped"])
+        )
+
+        grow, output = self.dry("growing")
+        assert merge_line(grow).endswith("; nothing written"), merge_line(grow)
         assert (
             f"rowmerge dry run: {project.test_schema}.growing (on_schema_change=append_new_columns) "
             "would gain column(s) [w]" in output
         )
-        assert column_names(project, "growing") == ["id", "name", "op"]
-        expect_rows(project, "growing", [(1, "a", "I"), (2, "b", "I"), (3, "c", "I")])
+        add, output = self.dry("syncadd")
+        # planned with the column: row 1 differs only there, and the real run updates it
+        assert merge_line(add).startswith(
+            f"MERGE dry run: {project.test_schema}.syncadd would update 1, insert 0, delete 0 rows"
+        ), merge_line(add)
+        assert "(on_schema_change=sync_all_columns) would gain column(s) [w]" in output
+        for name in models:
+            assert column_names(project, name) == ["id", "name", "op"], name
+            expect_rows(project, name, UNCHANGED)
 
-        # the real runs: the same failure, and the column added
-        run_step(2, "--select", "strict", expect_pass=False)
-        ok(run_step(2, "--select", "growing"), "growing")
+        # the real runs: the same failures, the columns added, the update the dry run counted
+        real = run_step(2, expect_pass=False)
+        assert {n: real[n].status for n in models} == {
+            "strict": "error",
+            "growing": "success",
+            "syncadd": "success",
+            "syncdrop": "error",
+            "retyped": "error",
+        }
+        assert merge_line(real["syncadd"]).startswith("MERGE 1 updated, 0 inserted, 0 deleted"), merge_line(
+            real["syncadd"]
+        )
         assert column_names(project, "growing") == ["id", "name", "op", "w"]
+        assert column_names(project, "syncadd") == ["id", "name", "op", "w"]
+        assert column_names(project, "retyped") == ["id", "name", "op"]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

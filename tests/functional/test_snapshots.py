@@ -260,7 +260,9 @@ class TestDryRunWritesNothing:
         # the second step's source has a new column, w
         return {
             "snap.sql": "{% snapshot snap %}\n{{ config(unique_key='id', strategy='timestamp', "
-            "updated_at='updated_at', hard_deletes='invalidate') }}\n"
+            "updated_at='updated_at', hard_deletes='invalidate', "
+            "post_hook='create table if not exists {{ this.schema }}.hook_ran using parquet as select 1 as x'"
+            ") }}\n"
             "{% if var('step', 1) == 1 %}"
             f"select /*+ REPARTITION(1) */ * from values {SOURCE[1]} as t(id, v, updated_at)\n"
             "{% else %}"
@@ -282,8 +284,11 @@ class TestDryRunWritesNothing:
             f"CREATE TABLE dry run: {table(project, 'snap')} would be created with 3 rows; nothing written"
         )
         assert not table_exists(project, "snap")
+        assert not table_exists(project, "hook_ran")  # no post-hook either
 
         snapshot(1)
+        assert table_exists(project, "hook_ran")
+        project.run_sql(f"drop table {table(project, 'hook_ran')}")
         before = history(project, "snap")
         columns = column_names(project, "snap")
         assert "w" not in columns
@@ -299,6 +304,7 @@ class TestDryRunWritesNothing:
         assert history(project, "snap") == before
         assert column_names(project, "snap") == columns
         assert not table_exists(project, "snap__dbt_tmp")
+        assert not table_exists(project, "hook_ran")
 
         merged = snapshot(2)["snap"]
         assert merge_line(merged).startswith("MERGE 2 updated, 2 inserted, 0 deleted"), merge_line(merged)
@@ -315,7 +321,7 @@ def retained_files(project: Any, name: str) -> list[str]:
 
 class TestUpkeepConfig:
     """A snapshot's upkeep keys reach its table's journal as a model's do: retention off keeps
-    no replaced file; a bad value is refused naming the key."""
+    no replaced file; a bad value is refused naming the key before the first run writes."""
 
     @pytest.fixture(scope="class")
     def snapshots(self):
@@ -325,11 +331,20 @@ class TestUpkeepConfig:
             "off.sql": snapshot_sql(
                 "off", f"{timestamp}, auto_compact=false, retain_versions=0, retain_hours=0"
             ),
+            "bad.sql": snapshot_sql("bad", f"{timestamp}, retain_versions=-1, lock_timeout_s='soon'"),
         }
 
+    def test_a_bad_value_is_refused_before_the_table_exists(self, project):
+        results, output = run_dbt_and_capture(["snapshot", "--select", "bad"], expect_pass=False)
+        assert by_name(results)["bad"].status == "error"
+        assert f"Invalid snapshot config for {table(project, 'bad')} (2 problems):" in output, output
+        assert "`retain_versions` must be a whole number >= 0, got -1" in output
+        assert "`lock_timeout_s` must be a finite number of seconds >= 0, got 'soon'" in output
+        assert not table_exists(project, "bad")
+
     def test_retention_follows_the_snapshot_config(self, project):
-        snapshot(1)
-        second = snapshot(2)
+        snapshot(1, "--select", "kept", "off")
+        second = snapshot(2, "--select", "kept", "off")
         for name in ("kept", "off"):
             assert merge_line(second[name]).startswith("MERGE 1 updated, 2 inserted, 0 deleted; 1 of 1 files")
         assert len(retained_files(project, "kept")) == 1  # the one file the merge rewrote

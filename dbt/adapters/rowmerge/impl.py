@@ -304,6 +304,17 @@ class RowMergeAdapter(SparkAdapter):
         return same_table(_relation_name(wanted), parts)
 
     @available
+    def rowmerge_check_snapshot_config(self, config: Any, relation: Any) -> str:
+        """Refuse a Parquet/ORC snapshot's bad upkeep or lock_timeout_s before it writes
+        anything, its first run included (model_config.snapshot_problems)."""
+        found = model_config.snapshot_problems(config or {})
+        if found:
+            raise CompilationError(
+                model_config.error_message(_relation_name(relation), found, "snapshot config")
+            )
+        return ""
+
+    @available
     def rowmerge_check_arguments(self, operation: str, given: Any, known: Any) -> str:
         """Refuse a run-operation's arguments it does not take (a misspelling is named, with
         the argument meant), before it reads or writes anything."""

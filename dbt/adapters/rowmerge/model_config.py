@@ -28,7 +28,9 @@ from dbt.adapters.rowmerge.merge.spec import (
     SPEC_VERSION,
     UPKEEP_KEYS,
     MergeSpec,
+    lock_timeout_problems,
     parse_spec,
+    parse_upkeep,
 )
 
 STRATEGY = "row_level_merge"
@@ -331,6 +333,18 @@ def unknown_arguments(operation: str, given: Sequence[str], known: Sequence[str]
     return f"{operation} takes no argument {', '.join(said)}; its arguments are " + ", ".join(
         f"`{k}`" for k in known
     )
+
+
+def snapshot_problems(config: Mapping[str, Any]) -> list[str]:
+    """Problems of the keys a snapshot takes from its config (the upkeep keys, lock_timeout_s),
+    judged on every run, the first too: its merge judges them again from the second run on, by
+    which time a bad value would have been with the table since it was created. (A cluster_by
+    column's existence is left to the merge: the table's columns are dbt's to build.)"""
+    problems: list[str] = []
+    parse_upkeep({k: config.get(k) for k in UPKEEP_KEYS if config.get(k) is not None}, problems)
+    if config.get("lock_timeout_s") is not None:
+        problems += lock_timeout_problems(config.get("lock_timeout_s"))
+    return problems
 
 
 def error_message(relation: str, found: Sequence[str], what: str | None = None) -> str:
