@@ -43,14 +43,15 @@
   {{- adapter.rowmerge_check_arguments('rowmerge_optimize', kwargs.keys(),
       ['relation', 'cluster_by', 'partition_filter', 'target_file_size_mb', 'dry_run', 'lock_timeout_s']) -}}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
-  {%- set model = rowmerge_model_config(relation) or {} -%}
+  {%- set node = rowmerge_model_node(relation) -%}
+  {%- set model = node.config if node else {} -%}
   {%- set keys = cluster_by if cluster_by is not none else model.get('cluster_by') -%}
   {%- if keys is string -%}
     {%- set keys = [keys] -%}
   {%- endif -%}
   {%- set size = target_file_size_mb if target_file_size_mb is not none else model.get('target_file_size_mb') -%}
-  {%- set wait = lock_timeout_s if lock_timeout_s is not none else model.get('lock_timeout_s') -%}
-  {%- set done = adapter.rowmerge_optimize(relation, keys, partition_filter, size, dry_run, rowmerge_model_key(relation), wait) -%}
+  {%- set wait = rowmerge_lock_timeout(lock_timeout_s, node) -%}
+  {%- set done = adapter.rowmerge_optimize(relation, keys, partition_filter, size, dry_run, rowmerge_node_key(node), wait) -%}
   {{ log("rowmerge_optimize " ~ relation ~ ": " ~ done.message, info=True) }}
   {#-- as a hook, renders to no SQL: the work is done --#}
   {{ return('') }}
@@ -72,17 +73,10 @@
 {% endmacro %}
 
 
-{#-- That model's or snapshot's config (none if there is none). --#}
-{% macro rowmerge_model_config(relation) %}
-  {%- set node = rowmerge_model_node(relation) -%}
-  {{ return(node.config if node else none) }}
-{% endmacro %}
-
-
-{#-- The key of a row of the table: the model's unique_key (none if it has none); a snapshot's
-     rows are versions, one per dbt_scd_id (its unique_key repeats). --#}
-{% macro rowmerge_model_key(relation) %}
-  {%- set node = rowmerge_model_node(relation) -%}
+{#-- The key of a row of a node's table (rowmerge_model_node): the model's unique_key (none
+     if it has none, or there is no node); a snapshot's rows are versions, one per dbt_scd_id
+     (its unique_key repeats). --#}
+{% macro rowmerge_node_key(node) %}
   {%- if not node -%}{{ return(none) }}{%- endif -%}
   {%- if node.resource_type == 'snapshot' -%}
     {%- set names = node.config.get('snapshot_meta_column_names') or {} -%}
@@ -90,6 +84,13 @@
   {%- endif -%}
   {%- set key = node.config.get('unique_key') -%}
   {{ return([key] if key is string else key) }}
+{% endmacro %}
+
+
+{#-- How long an operation waits for the table's lock: its own `lock_timeout_s`, else the
+     node's (model or snapshot), else none (the engine's default). --#}
+{% macro rowmerge_lock_timeout(given, node) %}
+  {{ return(given if given is not none else (node.config.get('lock_timeout_s') if node else none)) }}
 {% endmacro %}
 
 
@@ -104,8 +105,9 @@
   {{- adapter.rowmerge_check_arguments('rowmerge_restore', kwargs.keys(),
       ['relation', 'version', 'timestamp', 'unique_key', 'dry_run', 'lock_timeout_s']) -}}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
-  {%- set keys = unique_key if unique_key is not none else rowmerge_model_key(relation) -%}
-  {%- set wait = lock_timeout_s if lock_timeout_s is not none else (rowmerge_model_config(relation) or {}).get('lock_timeout_s') -%}
+  {%- set node = rowmerge_model_node(relation) -%}
+  {%- set keys = unique_key if unique_key is not none else rowmerge_node_key(node) -%}
+  {%- set wait = rowmerge_lock_timeout(lock_timeout_s, node) -%}
   {%- set done = adapter.rowmerge_restore(relation, version, timestamp, keys, dry_run, wait) -%}
   {{ log("rowmerge_restore " ~ relation ~ ": " ~ done.message, info=True) }}
   {{ return(done) }}
@@ -123,7 +125,7 @@
   {{- adapter.rowmerge_check_arguments('rowmerge_vacuum', kwargs.keys(),
       ['relation', 'retain_versions', 'retain_hours', 'dry_run', 'force', 'change_feed_retain_versions', 'lock_timeout_s']) -}}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
-  {%- set wait = lock_timeout_s if lock_timeout_s is not none else (rowmerge_model_config(relation) or {}).get('lock_timeout_s') -%}
+  {%- set wait = rowmerge_lock_timeout(lock_timeout_s, rowmerge_model_node(relation)) -%}
   {%- set done = adapter.rowmerge_vacuum(relation, retain_versions, retain_hours, dry_run, force, change_feed_retain_versions, wait) -%}
   {{ log("rowmerge_vacuum " ~ relation ~ ": " ~ done.message, info=True) }}
   {%- if adapter.rowmerge_flag(dry_run, 'dry_run') -%}

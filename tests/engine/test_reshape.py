@@ -159,6 +159,19 @@ def test_refresh_retyping_a_column_of_a_model_with_a_change_feed_is_refused_nami
     assert [h["version"] for h in history(spark, t)] == [1, 0]
 
 
+def _refresh_killed_at(step: str, monkeypatch, spark, t: str, new, **kwargs) -> None:
+    """``replace_table(spark, t, new, **kwargs)`` killed at its fault point ``step``."""
+
+    def die(at: str) -> None:
+        if at == step:
+            raise SystemExit("killed")
+
+    monkeypatch.setattr(faults, "fault_point", die)
+    with pytest.raises(SystemExit):
+        replace_table(spark, t, new, **kwargs)
+    monkeypatch.undo()
+
+
 STEPS = [
     "entry",
     "reshape_removed",
@@ -173,16 +186,8 @@ STEPS = [
 def test_refresh_killed_at_any_step_is_finished_by_the_next_open(spark, db, step, monkeypatch):
     t, changes = _model(spark, db)
     folder = table_dir(spark, t)
-
-    def die(at: str) -> None:
-        if at == step:
-            raise SystemExit("killed")
-
-    monkeypatch.setattr(faults, "fault_point", die)
     new = spark.createDataFrame([(1, 10), (4, 40)], "id long, w int")
-    with pytest.raises(SystemExit):
-        replace_table(spark, t, new, partition_by=("w",), change_data_feed=changes)
-    monkeypatch.undo()
+    _refresh_killed_at(step, monkeypatch, spark, t, new, partition_by=("w",), change_data_feed=changes)
 
     if step == "reshape_dropped":
         # the table is missing from the catalog: the next merge (or dbt's next run of the
@@ -215,15 +220,7 @@ def test_a_parked_journal_is_finished_before_any_other_use_of_the_table(spark, d
     """Killed with the journal parked: history (any open of the journal) finishes the refresh
     first, so no one sees the table without its versions."""
     t, _ = _model(spark, db, feed=False)
-
-    def die(at: str) -> None:
-        if at == "reshape_created":
-            raise SystemExit("killed")
-
-    monkeypatch.setattr(faults, "fault_point", die)
-    with pytest.raises(SystemExit):
-        replace_table(spark, t, spark.createDataFrame([(9,)], "id long"))
-    monkeypatch.undo()
+    _refresh_killed_at("reshape_created", monkeypatch, spark, t, spark.createDataFrame([(9,)], "id long"))
     assert os.path.isdir(table_dir(spark, t) + PARKED_SUFFIX)
     assert [h["version"] for h in history(spark, t)] == [2, 1, 0]
     assert not os.path.exists(table_dir(spark, t) + PARKED_SUFFIX)
@@ -235,15 +232,8 @@ def test_history_finishes_a_refresh_stopped_while_the_table_was_missing(spark, d
     """Killed between the drop and the create: the table is missing from the catalog, and
     history (like recover) registers it again instead of saying it does not exist."""
     t, _ = _model(spark, db, feed=False)
-
-    def die(at: str) -> None:
-        if at == "reshape_dropped":
-            raise SystemExit("killed")
-
-    monkeypatch.setattr(faults, "fault_point", die)
-    with pytest.raises(SystemExit):
-        replace_table(spark, t, spark.createDataFrame([(9, "z")], "id long, v string"), partition_by=("v",))
-    monkeypatch.undo()
+    new = spark.createDataFrame([(9, "z")], "id long, v string")
+    _refresh_killed_at("reshape_dropped", monkeypatch, spark, t, new, partition_by=("v",))
     assert not spark.catalog.tableExists(t)
     assert [h["version"] for h in history(spark, t)] == [2, 1, 0]
     assert spark.catalog.tableExists(t)
