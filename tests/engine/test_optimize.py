@@ -75,7 +75,6 @@ def test_optimize_with_cluster_by_restores_file_skipping(spark, db):
     assert m["numBytesRemoved"] == result.bytes_removed and m["numBytesAdded"] == result.bytes_added
 
 
-
 def test_a_clustered_table_is_not_clustered_again(spark, db):
     """The journal records the range of the first cluster column only, and only of some types
     (not of an ORC file, nor of a timestamp); where it cannot tell, optimize reads the files'
@@ -176,7 +175,6 @@ def test_optimize_of_one_partition_leaves_the_others(spark, db):
     assert os.path.isdir(folder)
 
 
-
 def test_partition_values_the_folders_escape_are_compacted(spark, db):
     """A value with a space or a ':' (every timestamp) is escaped in its folder's name and
     URL-encoded once more in `_metadata.file_path`; OPTIMIZE and auto-compaction find the files
@@ -205,6 +203,7 @@ def test_partition_values_the_folders_escape_are_compacted(spark, db):
         compacted.append(found.metrics["compactVersion"])
     assert any(compacted), compacted
     assert rows(spark, t) == sorted(expected + [(100 + k, hours[0]) for k in range(3)])
+
 
 def test_dry_run_reports_and_writes_nothing(spark, db):
     t = f"{db}.t"
@@ -258,7 +257,6 @@ def test_cluster_by_is_stored_and_honoured_by_later_compactions(spark, db):
     assert newest["operation"] == "OPTIMIZE" and newest["metrics"]["orderedBy"] == ["w"]
 
 
-
 def test_a_cluster_by_given_with_nothing_to_rewrite_is_stored_all_the_same(spark, db):
     t = f"{db}.one"
     create_table(spark, t, "id long, v string, w long", [[(k, f"v{k}", 100 - k) for k in range(4)]])
@@ -280,6 +278,7 @@ def test_a_cluster_by_given_with_nothing_to_rewrite_is_stored_all_the_same(spark
         merge(spark, t, src, UPSERT, auto_compact_min_files=2)
     compactions = [h for h in history(spark, t) if h["operation"] == "OPTIMIZE" and h["version"] > 1]
     assert compactions and all(h["metrics"]["orderedBy"] == ["w"] for h in compactions), compactions
+
 
 def test_a_default_cluster_by_orders_inside_partitions_and_yields_to_the_stored_one(spark, db):
     # From dbt the model's unique_key is the default: its partition column is left out, it is
@@ -339,7 +338,6 @@ def test_bad_arguments_are_refused_before_anything(spark, db, kwargs, message):
     assert folder_digest(table_dir(spark, t)) == before
 
 
-
 def test_an_empty_partitioned_table_and_a_column_spark_cannot_sort(spark, db):
     t = f"{db}.e"
     columns = "id long, m map<string, int>, day string"
@@ -357,6 +355,7 @@ def test_an_empty_partitioned_table_and_a_column_spark_cannot_sort(spark, db):
         info.value
     )
     assert folder_digest(table_dir(spark, t)) == before
+
 
 # -- auto-compaction after a merge ----------------------------------------------------------
 
@@ -445,10 +444,53 @@ def test_a_partition_the_merges_moved_away_from_is_packed_once(spark, db):
     assert by_day == {"day=a": 1, "day=b": 3}
     ops = [(h["version"], h["operation"], h["files_added"], h["files_removed"]) for h in history(spark, t)]
     assert ops[:3] == [(6, "MERGE", 1, 0), (5, "OPTIMIZE", 1, 4), (4, "MERGE", 1, 0)]
-    assert rows(spark, t) == sorted([(0, "a"), (1, "b")] + [(100 + k, "a") for k in range(3)] + [
-        (103, "b"),
-        (104, "b"),
-    ])
+    assert rows(spark, t) == sorted(
+        [(0, "a"), (1, "b")]
+        + [(100 + k, "a") for k in range(3)]
+        + [
+            (103, "b"),
+            (104, "b"),
+        ]
+    )
+
+
+def test_cold_partitions_of_the_table_as_found_are_packed_one_per_merge(spark, db):
+    """Days no merge writes, created with several small files each (a table written in many
+    tasks): each merge packs one such day's small files, the cheapest first, so the table's
+    own layout is tidied without any merge paying for more than one partition. A day with one
+    file is left alone, and so is the day the merges write (its files are the merges' own)."""
+    t = f"{db}.p"
+    days = [[(0, "a")], [(1, "a")], [(2, "b")], [(3, "b")], [(4, "b")], [(5, "c")]]
+    create_table(spark, t, "id long, day string", days, partition_by=["day"])
+
+    def insert(k: int) -> int:
+        src = source_view(spark, f"{db}_c{k}", "id long, day string", [(100 + k, "d")])
+        return merge(spark, t, src, UPSERT, on="t.id = s.id AND t.day = s.day").metrics["compactVersion"]
+
+    def files_by_day() -> dict[str, int]:
+        out: dict[str, int] = {}
+        for path in file_snapshot(spark, t):
+            day = os.path.basename(os.path.dirname(path))
+            out[day] = out.get(day, 0) + 1
+        return out
+
+    assert insert(1) == 2  # day a (two files) is cheaper than day b (three)
+    assert files_by_day() == {"day=a": 1, "day=b": 3, "day=c": 1, "day=d": 1}
+    assert insert(2) == 4
+    assert files_by_day() == {"day=a": 1, "day=b": 1, "day=c": 1, "day=d": 2}
+    assert insert(3) == 0  # nothing cold is left with more than one small file
+    ops = [(h["version"], h["operation"], h["files_added"], h["files_removed"]) for h in history(spark, t)]
+    assert ops[:5] == [
+        (5, "MERGE", 1, 0),
+        (4, "OPTIMIZE", 1, 3),
+        (3, "MERGE", 1, 0),
+        (2, "OPTIMIZE", 1, 2),
+        (1, "MERGE", 1, 0),
+    ]
+    assert rows(spark, t) == sorted(
+        [(i, d) for d, ids in (("a", [0, 1]), ("b", [2, 3, 4]), ("c", [5])) for i in ids]
+        + [(100 + k, "d") for k in (1, 2, 3)]
+    )
 
 
 def test_auto_compact_false_and_optimize_every(spark, db):

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import os
+from datetime import date, datetime, timedelta
+from typing import Any
 
+from pyspark.sql.types import DateType, IntegerType, LongType, StructField, StructType, TimestampType
+
+from dbt.adapters.rowmerge.merge.table import TargetTable, partitions_of
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -147,3 +152,60 @@ def test_small_insert_into_partitions_is_two_jobs_and_one_file_per_partition(spa
     added = new_files(before, file_snapshot(spark, t))
     assert sorted(os.path.basename(os.path.dirname(f)) for f in added) == ["p=1", "p=2", "p=3"]
     assert result.metrics["numTargetFilesAdded"] == 3
+
+
+def test_a_rewrite_lists_only_the_partitions_of_the_files_it_reads(spark, db):
+    """A merge that rewrites a file of one day of a table of 40 days runs the Spark jobs it runs
+    in a table of 2 days: its reads are pruned to the files' partitions. Filtered on the file
+    path alone, Spark asked the metastore for every partition and listed every folder, past 32
+    in a job of its own (the aging benchmark's hourly shape: 0.5 s a merge at 72 days)."""
+    schema = "id long, v string, d date, p int, s string"
+
+    def day(i: int) -> list[tuple[Any, ...]]:
+        return [(i, "x", date(2024, 1, 1) + timedelta(days=i), i % 3, "a/b" if i % 2 else None)]
+
+    def updated(name: str, days: int) -> tuple[list[tuple[Any, ...]], int]:
+        t = f"{db}.{name}"
+        create_table(spark, t, schema, [day(i) for i in range(days)], partition_by=("d", "p", "s"))
+        src = source_view(spark, f"{db}_{name}_src", schema, [(1, "new", *day(1)[0][2:])])
+        _, jobs = spark_jobs(spark, lambda: merge(spark, t, src, UPSERT, auto_compact=False))
+        return rows(spark, t), jobs
+
+    wide, wide_jobs = updated("wide", 40)
+    narrow, narrow_jobs = updated("narrow", 2)
+    assert wide_jobs == narrow_jobs
+    assert wide == sorted([*day(0), (1, "new", *day(1)[0][2:]), *[r for i in range(2, 40) for r in day(i)]])
+    assert narrow == sorted([*day(0), (1, "new", *day(1)[0][2:])])
+
+
+def test_the_partition_filter_keeps_every_partition_of_the_files_and_types_only_exact_values(spark):
+    """partitions_of: a folder value goes into the filter only where Spark prints the value so
+    (``p=007`` casts to 7, which another folder could hold too: p is left unfiltered), and a
+    column of a type whose printing it does not know (a timestamp) is left unfiltered; NULL
+    partitions are kept. The filter may keep more partitions than the files', never fewer."""
+    schema = StructType(
+        [
+            StructField("id", LongType()),
+            StructField("d", DateType()),
+            StructField("p", IntegerType()),
+            StructField("ts", TimestampType()),
+        ]
+    )
+    target = TargetTable("t", "`t`", "file:/w/t", "parquet", schema, ("d", "p", "ts"))
+    ts = "ts=2024-01-01%252010%253A00%253A00"  # as _metadata.file_path gives it: escaped twice
+    rows_ = [
+        (1, date(2024, 1, 2), 7, datetime(2024, 1, 1, 10)),
+        (2, None, 3, datetime(2024, 1, 1, 10)),
+        (3, date(2024, 1, 2), 8, datetime(2024, 5, 5)),
+        (4, date(2024, 1, 9), 3, datetime(2024, 1, 1, 10)),
+    ]
+    frame = spark.createDataFrame(rows_, schema)
+
+    def kept(*folders: str) -> list[int] | None:
+        cond = partitions_of(target, [f"file:/w/t/{f}/{ts}/part-0.parquet" for f in folders])
+        return None if cond is None else sorted(r.id for r in frame.where(cond).collect())
+
+    assert kept("d=2024-01-02/p=7", "d=__HIVE_DEFAULT_PARTITION__/p=3") == [1, 2]
+    assert kept("d=2024-01-02/p=007") == [1, 3]  # d only: 007 is not how Spark prints 7
+    assert kept("d=2024-1-2/p=007") is None  # nothing it can type exactly
+    assert partitions_of(target, ["file:/w/t/x=1/y=2/z=3/part-0.parquet"]) is None  # not its columns

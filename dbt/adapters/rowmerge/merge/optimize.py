@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -264,8 +264,7 @@ def _in_key_order(
     mapping = F.create_map(*[F.lit(x) for u, p in sorted(partition_of.items()) for x in (u, p)])
     in_partition = Window.partitionBy("partition").orderBy("low", "file")
     found = (
-        target.read(spark)
-        .where(F.col(FILE_PATH).isin(list(partition_of)))
+        target.files_only(target.read(spark), list(partition_of), F.col(FILE_PATH))
         .groupBy(F.col(FILE_PATH).alias("file"))
         .agg(F.min(key).alias("low"), F.max(key).alias("high"))
         .withColumn("partition", F.element_at(mapping, F.col("file")))
@@ -519,7 +518,7 @@ def _write(
         for f in g.files:
             group_of[journal.storage.to_spark_path(f.path)] = i
     path = F.col(FILE_PATH)
-    rows: DataFrame = target.read(spark).where(path.isin(list(group_of)))
+    rows: DataFrame = target.files_only(target.read(spark), list(group_of), path)
     mapping = F.create_map(*[x for u, i in sorted(group_of.items()) for x in (F.lit(u), F.lit(i))])
     rows = rows.withColumn(GROUP, F.element_at(mapping, path))
     order: list[Column] = [F.col(GROUP), *[F.col(q(k)) for k in keys]]
@@ -551,29 +550,53 @@ def _as_created(journal: Journal) -> frozenset[str]:
 # (compaction.settled). Four versions: the previous merge and its compaction, with room for a
 # merge that wrote elsewhere in between, or one whose settling did not fit the bounds.
 SETTLE_VERSIONS = 4
+# A cold partition's files below this fraction of the target size are tidied (see _settled):
+# the aging benchmark's (and the issue's) small files.
+COLD_SMALL_FRACTION = 0.25
 
 
-def _settled(journal: Journal, entry: Entry, files: Sequence[DataFile], target_bytes: int) -> frozenset[str]:
-    """Partitions the versions just before ``entry`` added files to and ``entry`` did not.
+def _settled(
+    journal: Journal, entry: Entry, files: Sequence[DataFile], target_bytes: int
+) -> tuple[frozenset[str], str | None]:
+    """Partitions the versions just before ``entry`` added files to and ``entry`` did not;
+    and, one per merge, a cold partition: one none of those versions nor ``entry`` wrote that
+    holds two or more files below a quarter of the target size, the cheapest first (only those
+    files are packed in it).
 
     Only a partition whose ``files`` bin-packing would pack could be settled, so the entries
     are read only when one exists outside what ``entry`` wrote: after most merges of an hourly
-    model (its finished days already settled) that is no partition, and no read."""
+    model (its finished days already settled) that is no partition, and no read.
+
+    Cold partitions are the table's own layout where no merge writes: a table created with
+    several small files per day (the aging benchmark's base, 16 files straddling 31 days,
+    left 15 days in two files of 4.5 and 0.7 MB, which sit in different tiers and would never
+    be joined; a plain reader paid for each) is tidied a partition at a time, each merge paying
+    for one partition's small files at most, never for the table it found."""
 
     def written(e: Entry) -> set[str]:
         return {compaction.partition_of(f.path, journal.location) for f in e.added}
 
     packed = compaction.bin_packed(files, target_bytes, cluster=False)
-    packable = {g.partition for g in packed} - written(entry)
+    now = written(entry)
+    packable = {g.partition for g in packed} - now
     if not packable:
-        return frozenset()
+        return frozenset(), None
     recent: set[str] = set()
     for version in range(max(1, entry.version - SETTLE_VERSIONS), entry.version):
         try:
             recent |= written(journal.read_entry(version))
         except Exception:  # noqa: BLE001 - unreadable or folded: recovery judges entries
             continue
-    return frozenset(recent & packable)
+    small = _cold_small(files, target_bytes, packable - recent)
+    cold = compaction.bin_packed(small, target_bytes, cluster=False)
+    cheapest = min(cold, key=lambda g: (g.size, g.partition), default=None)
+    return frozenset(recent & packable), cheapest.partition if cheapest else None
+
+
+def _cold_small(files: Sequence[DataFile], target_bytes: int, partitions: Collection[str]) -> list[DataFile]:
+    """The files of ``partitions`` below a quarter of the target size: what a cold partition
+    packs (:func:`_settled`)."""
+    return [f for f in files if f.partition in partitions and f.size < target_bytes * COLD_SMALL_FRACTION]
 
 
 def after_merge(
@@ -617,8 +640,8 @@ def after_merge(
     def movable(found: dict[str, FileInfo]) -> list[DataFile]:
         return [f for f in every_file(found) if f.path not in just_written]
 
-    settling = (
-        frozenset()
+    settling, cold = (
+        (frozenset(), None)
         if whole or not target.partition_columns
         else _settled(journal, entry, movable(files), upkeep.target_bytes)
     )
@@ -628,7 +651,16 @@ def after_merge(
         if whole:
             return compaction.bin_packed(listed, upkeep.target_bytes, cluster=False)
         max_bytes = int(upkeep.max_mb * 1024 * 1024)
-        settle = compaction.settled(listed, settling, upkeep.target_bytes, upkeep.max_files, max_bytes)
+        settling_files = [f for f in listed if f.partition != cold]
+        if cold is not None:
+            settling_files += _cold_small(listed, upkeep.target_bytes, (cold,))
+        settle = compaction.settled(
+            settling_files,
+            settling | ({cold} if cold is not None else set()),
+            upkeep.target_bytes,
+            upkeep.max_files,
+            max_bytes,
+        )
         packed = {g.partition for g in settle}
         return settle + compaction.tiered(
             [f for f in listed if f.partition not in packed],

@@ -180,8 +180,7 @@ def pruned_target(
     """
     df = target_frame(spark, plan)
     if files is not None:
-        # An empty IN list would still list (and open) every file; FALSE prunes the scan away.
-        df = df.where(F.col(FILE).isin(files) if files else F.lit(False))
+        df = plan.target.files_only(df, files, F.col(FILE))
     nmbs = [rc.condition for rc in plan.not_matched_by_source]
     if any(c is None for c in nmbs):
         return df

@@ -16,11 +16,24 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 from urllib.parse import unquote
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
 from pyspark.sql.utils import AnalysisException
 
 from . import calls
@@ -123,7 +136,6 @@ def sql_name(name: str) -> str:
     return quote_name(parse_name(name))
 
 
-
 LEGACY_LITERALS_CONF = "spark.sql.parser.escapedStringLiterals"
 
 
@@ -169,6 +181,7 @@ def _qualified_collations(value: Any) -> Any:
         for v in value.values():
             _qualified_collations(v)
     return value
+
 
 @dataclass(frozen=True)
 class TargetTable:
@@ -216,6 +229,24 @@ class TargetTable:
     def read(self, spark: SparkSession) -> DataFrame:
         """The table as it is now (resolved by name: a catalog request)."""
         return read_table(spark, self.ident)
+
+    def files_only(self, frame: DataFrame, spark_paths: Sequence[str], column: Column) -> DataFrame:
+        """The rows of ``frame`` (a read of this table) in the files ``spark_paths``
+        (``_metadata.file_path`` values, which ``column`` gives), with a filter on the partition
+        columns too where the files' folders say their partitions exactly
+        (:func:`partitions_of`).
+
+        A filter on the file path alone is applied after Spark has asked the metastore for
+        every partition and listed every partition folder (past 32 folders, in a Spark job of
+        a task per folder: 0.5 s at 72 day partitions on 2 cores, and growing with every day
+        of an hourly model's history); with the partition filter it lists the files'
+        partitions only. An empty list reads nothing (an empty IN list would still list and
+        open every file)."""
+        if not spark_paths:
+            return frame.where(F.lit(False))
+        kept = frame.where(column.isin(list(spark_paths)))
+        in_partitions = partitions_of(self, spark_paths)
+        return kept if in_partitions is None else kept.where(in_partitions)
 
     def loaded(self, spark: SparkSession) -> DataFrame:
         """The table as :func:`load_target` read it, for the reads of one merge before its
@@ -565,6 +596,76 @@ def partition_values(rel: str) -> list[tuple[str, str]]:
             raise ValueError(f"{rel!r} is not a partition path (segment {seg!r} has no name=value)")
         out.append((unquote(key), unquote(value)))
     return out
+
+
+# Partition column types whose folder values :func:`partitions_of` types exactly in Python.
+_EXACT_PARTITION_TYPES = (StringType, ByteType, ShortType, IntegerType, LongType, DateType, BooleanType)
+
+
+def partitions_of(target: TargetTable, spark_paths: Sequence[str]) -> Column | None:
+    """A condition on ``target``'s partition columns that holds for every partition holding
+    one of the files ``spark_paths`` (``_metadata.file_path`` values), for Spark to prune
+    the others; None where it cannot be sure of that.
+
+    A file's partition is read from its folders (``col=value`` below the file, as the merge,
+    compaction and the catalog's default partition locations lay them out). A value goes
+    into the condition only when it is the one way Spark prints that value (``7``, not
+    ``007``; ``2024-03-12``; ``true``): Spark compares the partition values the catalog holds,
+    cast to the column's type, and a folder value that casts otherwise could leave a file out
+    of the read, and its rows out of the rewrite. A column of another type (timestamps,
+    decimals, floating point), or a value not printed that way, is left unfiltered: the
+    condition only ever keeps more partitions, never fewer."""
+    columns = target.partition_columns
+    if not columns:
+        return None
+    values: list[set[str | None]] = [set() for _ in columns]
+    for url in spark_paths:
+        folders = unquote(url).split("/")[:-1]
+        if len(folders) < len(columns):
+            return None
+        for i, (col, seg) in enumerate(zip(columns, folders[-len(columns) :], strict=True)):
+            key, eq, value = seg.partition("=")
+            if not eq or unquote(key).lower() != col.lower():
+                return None
+            value = unquote(value)
+            values[i].add(None if value == HIVE_DEFAULT_PARTITION else value)
+    conditions = []
+    for col, found in zip(columns, values, strict=True):
+        dtype = target.field(col).dataType
+        typed = [_exact_literal(v, dtype) for v in found if v is not None]
+        if any(t is None for t in typed):
+            continue
+        ref = F.col(quote(col))
+        cond = ref.isin(*typed) if typed else F.lit(False)
+        conditions.append(cond | ref.isNull() if None in found else cond)
+    if not conditions:
+        return None
+    out = conditions[0]
+    for c in conditions[1:]:
+        out = out & c
+    return out
+
+
+def _exact_literal(value: str, dtype: DataType) -> Column | None:
+    """``value`` (a partition folder's) as a literal of ``dtype`` if Spark prints that value
+    exactly so, else None."""
+    if not isinstance(dtype, _EXACT_PARTITION_TYPES):
+        return None
+    if isinstance(dtype, StringType):
+        return F.lit(value)
+    if isinstance(dtype, BooleanType):
+        return F.lit(value == "true") if value in ("true", "false") else None
+    if isinstance(dtype, DateType):
+        try:
+            day = date.fromisoformat(value)
+        except ValueError:
+            return None
+        return F.lit(day) if day.isoformat() == value and len(value) == 10 else None
+    try:
+        number = int(value)
+    except ValueError:
+        return None
+    return F.lit(number).cast(dtype) if str(number) == value else None
 
 
 def register_partitions(
