@@ -71,6 +71,11 @@ def char_limit(fld: StructField) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def is_char(fld: StructField) -> bool:
+    """Whether ``fld`` is a CHAR(n) column (padded to n), not a VARCHAR(n)."""
+    return re.fullmatch(r"char\(\d+\)", str(fld.metadata.get(CHAR_VARCHAR_KEY, "")), re.I) is not None
+
+
 class ActingClause(Protocol):
     """A resolved clause as the expressions read it (``plan.ResolvedClause``)."""
 
@@ -165,11 +170,15 @@ def checked_cast(
     if limit is None:
         return _checked(col, src_type, fld.dataType, f"column '{fld.name}'", shorten(text), case_sensitive)
     # Spark's own rule for CHAR/VARCHAR (top-level STRING columns): trailing spaces beyond the
-    # limit are fine.
+    # limit are fine. A CHAR(n) value is stored padded to n, as Spark's INSERT stores it: a
+    # partition folder is named by the value (``c=ab `` for 'ab' in CHAR(3)), and a row written
+    # unpadded into ``c=ab`` would sit in a folder no catalog partition reads (rpad only drops
+    # spaces beyond n here: longer values failed above).
     casted = col if src_type == fld.dataType else col.try_cast(fld.dataType)
     failure = (col.isNotNull() & casted.isNull()) | (F.length(F.rtrim(casted)) > limit)
+    stored = F.rpad(casted, limit, " ") if is_char(fld) else casted
     return _raise_where(
-        failure, col, f"column '{fld.name}' ({fld.metadata[CHAR_VARCHAR_KEY]})", shorten(text), casted
+        failure, col, f"column '{fld.name}' ({fld.metadata[CHAR_VARCHAR_KEY]})", shorten(text), stored
     )
 
 

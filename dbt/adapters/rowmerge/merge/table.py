@@ -613,8 +613,9 @@ def partitions_of(target: TargetTable, spark_paths: Sequence[str]) -> Column | N
     ``007``; ``2024-03-12``; ``true``): Spark compares the partition values the catalog holds,
     cast to the column's type, and a folder value that casts otherwise could leave a file out
     of the read, and its rows out of the rewrite. A column of another type (timestamps,
-    decimals, floating point), or a value not printed that way, is left unfiltered: the
-    condition only ever keeps more partitions, never fewer."""
+    decimals, floating point, ``CHAR``/``VARCHAR``, which compare padded), or a value not
+    printed that way, is left unfiltered: the condition only ever keeps more partitions, never
+    fewer."""
     columns = target.partition_columns
     if not columns:
         return None
@@ -631,8 +632,10 @@ def partitions_of(target: TargetTable, spark_paths: Sequence[str]) -> Column | N
             values[i].add(None if value == HIVE_DEFAULT_PARTITION else value)
     conditions = []
     for col, found in zip(columns, values, strict=True):
-        dtype = target.field(col).dataType
-        typed = [_exact_literal(v, dtype) for v in found if v is not None]
+        fld = target.field(col)
+        if fld.metadata.get(CHAR_VARCHAR_KEY):  # compared padded: left unfiltered
+            continue
+        typed = [_exact_literal(v, fld.dataType) for v in found if v is not None]
         if any(t is None for t in typed):
             continue
         ref = F.col(quote(col))
