@@ -639,3 +639,23 @@ def test_optimize_error_after_its_commit_point_is_committed(spark, db, monkeypat
     recover(spark, t)
     assert rows(spark, t) == [(0, "a"), (1, "a"), (2, "a")]
     assert len(file_snapshot(spark, t)) == 1
+
+
+def test_a_cold_partition_too_big_for_the_bounds_does_not_hold_up_the_others(spark, db):
+    """Day b's four tiny files are the cheapest cold partition but more files than a merge may
+    compact (auto_compact_max_files 3): day a's two bigger files are packed instead, and day
+    b waits for optimize."""
+    t = f"{db}.p"
+    big = [(i, "a", "x" * 40) for i in range(300)]
+    days = [big[:150], big[150:], *[[(1000 + i, "b", "y")] for i in range(4)]]
+    create_table(spark, t, "id long, day string, v string", days, partition_by=["day"])
+    src = source_view(spark, f"{db}_cold", "id long, day string, v string", [(5000, "d", "z")])
+    on = "t.id = s.id AND t.day = s.day"
+    done = merge(spark, t, src, UPSERT, on=on, auto_compact_min_files=2, auto_compact_max_files=3)
+    assert done.metrics["compactVersion"] == 2
+    by_day: dict[str, int] = {}
+    for path in file_snapshot(spark, t):
+        day = os.path.basename(os.path.dirname(path))
+        by_day[day] = by_day.get(day, 0) + 1
+    assert by_day == {"day=a": 1, "day=b": 4, "day=d": 1}
+    assert len(rows(spark, t)) == 305

@@ -6,7 +6,15 @@ import os
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from pyspark.sql.types import DateType, IntegerType, LongType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    DateType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from dbt.adapters.rowmerge.merge.table import TargetTable, partitions_of
 from tests.engine.helpers import (
@@ -208,6 +216,8 @@ def test_the_partition_filter_keeps_every_partition_of_the_files_and_types_only_
     assert kept("d=2024-01-02/p=7", "d=__HIVE_DEFAULT_PARTITION__/p=3") == [1, 2]
     assert kept("d=2024-01-02/p=007") == [1, 3]  # d only: 007 is not how Spark prints 7
     assert kept("d=2024-1-2/p=007") is None  # nothing it can type exactly
+    assert kept("d=2024-01-02/p=3000000000") == [1, 3]  # beyond INT: p left unfiltered
+    assert kept("d=0001-01-01/p=7") == []  # a year before 1000 is a date like any other
     assert partitions_of(target, ["file:/w/t/x=1/y=2/z=3/part-0.parquet"]) is None  # not its columns
 
 
@@ -221,6 +231,25 @@ def test_char_partition_values_are_written_padded_as_spark_writes_them(spark, db
     spark.sql(f"INSERT INTO {t} VALUES (1, 'a', 'ab'), (2, 'b', 'xyz')")
     data = [(1, "new", "ab"), (3, "n", "q")]
     src = source_view(spark, f"{db}_src", "id long, v string, c string", data)
-    merge(spark, t, src, UPSERT, auto_compact=False)
+    # a check compares the CHAR column padded, as Spark does: 'ab ' is IN ('ab', 'q')
+    check = {"type": "check", "expression": "c IN ('ab', 'q')"}
+    merge(spark, t, src, UPSERT, auto_compact=False, constraints=[check])
     assert rows(spark, t) == [(1, "new", "ab "), (2, "b", "xyz"), (3, "n", "q  ")]
     assert partitions(spark, t) == ["c=ab ", "c=q  ", "c=xyz"]
+
+
+def test_the_partition_filter_reads_escapes_in_folder_names_as_spark_does(spark):
+    """Hive's escapes are one byte each (``%C3%A9`` is 'Ã©' to Spark, not 'é'), whatever wrote
+    the folder; ``%2F`` is '/', and the file path's own URL encoding comes off first."""
+    schema = StructType([StructField("id", LongType()), StructField("s", StringType())])
+    target = TargetTable("t", "`t`", "file:/w/t", "parquet", schema, ("s",))
+    frame = spark.createDataFrame([(1, "Ã©"), (2, "é"), (3, "a/b"), (4, "a b")], schema)
+
+    def kept(folder: str) -> list[int]:
+        cond = partitions_of(target, [f"file:/w/t/{folder}/part-0.parquet"])
+        assert cond is not None
+        return sorted(r.id for r in frame.where(cond).collect())
+
+    assert kept("s=%25C3%25A9") == [1]
+    assert kept("s=a%252Fb") == [3]
+    assert kept("s=a%20b") == [4]

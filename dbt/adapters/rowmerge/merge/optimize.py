@@ -557,11 +557,11 @@ COLD_SMALL_FRACTION = 0.25
 
 def _settled(
     journal: Journal, entry: Entry, files: Sequence[DataFile], target_bytes: int
-) -> tuple[frozenset[str], str | None]:
+) -> tuple[frozenset[str], frozenset[str]]:
     """Partitions the versions just before ``entry`` added files to and ``entry`` did not;
-    and, one per merge, a cold partition: one none of those versions nor ``entry`` wrote that
-    holds two or more files below a quarter of the target size, the cheapest first (only those
-    files are packed in it).
+    and the cold ones: those none of those versions nor ``entry`` wrote that hold two or more
+    files below a quarter of the target size (one of them is packed per merge, the cheapest
+    that fits the merge's bounds: :func:`_one_cold`).
 
     Only a partition whose ``files`` bin-packing would pack could be settled, so the entries
     are read only when one exists outside what ``entry`` wrote: after most merges of an hourly
@@ -580,7 +580,7 @@ def _settled(
     now = written(entry)
     packable = {g.partition for g in packed} - now
     if not packable:
-        return frozenset(), None
+        return frozenset(), frozenset()
     recent: set[str] = set()
     for version in range(max(1, entry.version - SETTLE_VERSIONS), entry.version):
         try:
@@ -588,15 +588,32 @@ def _settled(
         except Exception:  # noqa: BLE001 - unreadable or folded: recovery judges entries
             continue
     small = _cold_small(files, target_bytes, packable - recent)
-    cold = compaction.bin_packed(small, target_bytes, cluster=False)
-    cheapest = min(cold, key=lambda g: (g.size, g.partition), default=None)
-    return frozenset(recent & packable), cheapest.partition if cheapest else None
+    cold = {g.partition for g in compaction.bin_packed(small, target_bytes, cluster=False)}
+    return frozenset(recent & packable), frozenset(cold)
 
 
 def _cold_small(files: Sequence[DataFile], target_bytes: int, partitions: Collection[str]) -> list[DataFile]:
     """The files of ``partitions`` below a quarter of the target size: what a cold partition
     packs (:func:`_settled`)."""
     return [f for f in files if f.partition in partitions and f.size < target_bytes * COLD_SMALL_FRACTION]
+
+
+def _one_cold(
+    files: Sequence[DataFile], cold: Collection[str], target_bytes: int, max_files: int, max_bytes: int
+) -> list[Group]:
+    """The groups packing the small files of one cold partition: of those whose small files fit
+    ``max_files`` and ``max_bytes`` (what the merge's settling left of its bounds), the one with
+    the fewest bytes of them. One too big for the bounds is never chosen, so it cannot hold up
+    the others; it waits for ``optimize``."""
+    best: tuple[int, str, list[Group]] | None = None
+    for partition in sorted(cold):
+        groups = compaction.bin_packed(
+            _cold_small(files, target_bytes, (partition,)), target_bytes, cluster=False
+        )
+        count, size = sum(len(g.files) for g in groups), sum(g.size for g in groups)
+        if groups and count <= max_files and size <= max_bytes and (best is None or size < best[0]):
+            best = (size, partition, groups)
+    return best[2] if best else []
 
 
 def after_merge(
@@ -641,7 +658,7 @@ def after_merge(
         return [f for f in every_file(found) if f.path not in just_written]
 
     settling, cold = (
-        (frozenset(), None)
+        (frozenset(), frozenset())
         if whole or not target.partition_columns
         else _settled(journal, entry, movable(files), upkeep.target_bytes)
     )
@@ -651,15 +668,13 @@ def after_merge(
         if whole:
             return compaction.bin_packed(listed, upkeep.target_bytes, cluster=False)
         max_bytes = int(upkeep.max_mb * 1024 * 1024)
-        settling_files = [f for f in listed if f.partition != cold]
-        if cold is not None:
-            settling_files += _cold_small(listed, upkeep.target_bytes, (cold,))
-        settle = compaction.settled(
-            settling_files,
-            settling | ({cold} if cold is not None else set()),
+        settle = compaction.settled(listed, settling, upkeep.target_bytes, upkeep.max_files, max_bytes)
+        settle += _one_cold(
+            listed,
+            cold,
             upkeep.target_bytes,
-            upkeep.max_files,
-            max_bytes,
+            upkeep.max_files - sum(len(g.files) for g in settle),
+            max_bytes - sum(g.size for g in settle),
         )
         packed = {g.partition for g in settle}
         return settle + compaction.tiered(

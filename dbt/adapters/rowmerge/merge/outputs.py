@@ -172,11 +172,15 @@ def checked_cast(
     # Spark's own rule for CHAR/VARCHAR (top-level STRING columns): trailing spaces beyond the
     # limit are fine. A CHAR(n) value is stored padded to n, as Spark's INSERT stores it: a
     # partition folder is named by the value (``c=ab `` for 'ab' in CHAR(3)), and a row written
-    # unpadded into ``c=ab`` would sit in a folder no catalog partition reads (rpad only drops
-    # spaces beyond n here: longer values failed above).
+    # unpadded into ``c=ab`` would sit in a folder no catalog partition reads. A VARCHAR(n)
+    # value's spaces beyond n are dropped, as Spark's INSERT drops them (rpad and substring
+    # only cut spaces here: longer values failed above).
     casted = col if src_type == fld.dataType else col.try_cast(fld.dataType)
     failure = (col.isNotNull() & casted.isNull()) | (F.length(F.rtrim(casted)) > limit)
-    stored = F.rpad(casted, limit, " ") if is_char(fld) else casted
+    if is_char(fld):
+        stored = F.rpad(casted, limit, " ")
+    else:
+        stored = F.when(F.length(casted) > limit, F.substring(casted, 1, limit)).otherwise(casted)
     return _raise_where(
         failure, col, f"column '{fld.name}' ({fld.metadata[CHAR_VARCHAR_KEY]})", shorten(text), stored
     )
@@ -767,6 +771,13 @@ def enforce_constraints(plan: ResolvedMerge, rows: DataFrame, checked: Column | 
     rows were checked when they were written)."""
     if not plan.constraints:
         return rows
+    # CHAR(n) columns compare padded in a check, as Spark compares them in a table: the values
+    # are stored padded ('ab '), and `c IN ('ab')` holds for them only with the column's type
+    # on it. Their own metadata goes back after the check.
+    chars = {f.name: f.metadata for f in plan.output_fields if is_char(f) and f.name in rows.columns}
+    had = {name: rows.schema[name].metadata for name in chars}
+    for name, metadata in chars.items():
+        rows = rows.withMetadata(name, metadata)
     sample = written_key_sample(plan)
     raised = None
     for i, (_, violated) in enumerate(plan.constraints):
@@ -775,7 +786,10 @@ def enforce_constraints(plan: ResolvedMerge, rows: DataFrame, checked: Column | 
         fail = F.raise_error(message)
         raised = F.when(when, fail) if raised is None else raised.when(when, fail)
     assert raised is not None
-    return rows.where(F.coalesce(raised.cast("boolean"), F.lit(True)))
+    kept = rows.where(F.coalesce(raised.cast("boolean"), F.lit(True)))
+    for name, metadata in had.items():
+        kept = kept.withMetadata(name, metadata)
+    return kept
 
 
 def key_sample(plan: ResolvedMerge) -> Column:

@@ -119,7 +119,7 @@ def touched_join(
     ``acts``: whether :meth:`TouchedJoin.acts` tells updates that change nothing from the
     others (the no-op check costs a comparison of every value the update writes).
     """
-    target = plan.target.files_only(target_frame(spark, plan), touched, F.col(FILE))
+    target = target_frame(spark, plan, touched)
     joined = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "left_outer")
     return TouchedJoin(plan, decide(plan, joined, ["matched", "not_matched_by_source"], acts))
 
@@ -189,7 +189,7 @@ def single_task_join(
     (by the journal's row count) for the same reason: a LIMIT takes the rows out of the
     Parquet reader's batches one at a time, a third of the task's time for a file.
     """
-    target = plan.target.files_only(target_frame(spark, plan), touched, F.col(FILE)).coalesce(1)
+    target = target_frame(spark, plan, touched).coalesce(1)
     src = source.df.coalesce(1).limit(2 * source.num_rows + 1)
     return target.alias(plan.ta).hint("merge").join(src.alias(plan.sa), plan.on, "full_outer")
 

@@ -45,10 +45,18 @@ from .source import MaterializedSource, decode
 MAX_CARDINALITY_SAMPLES = 5
 
 
-def target_frame(spark: SparkSession, plan: MergePlan) -> DataFrame:
-    """The target table with file path, row position and size of every row."""
+def target_frame(spark: SparkSession, plan: MergePlan, files: Sequence[str] | None = None) -> DataFrame:
+    """The target table with file path, row position and size of every row; ``files``: only
+    the rows of those files (``_metadata.file_path`` values; see :meth:`.TargetTable.files_only`).
+
+    The files are chosen before the row position is added: an ORC table numbers its rows with
+    a non-deterministic expression, which Spark pushes no filter through, so a filter after it
+    would list and read the whole table."""
     row = F.col("_metadata.row_index") if plan.target.supports_row_index else F.monotonically_increasing_id()
-    return plan.target.loaded(spark).select(
+    table = plan.target.loaded(spark)
+    if files is not None:
+        table = plan.target.files_only(table, files, F.col("_metadata.file_path"))
+    return table.select(
         "*",
         F.col("_metadata.file_path").alias(FILE),
         row.alias(ROW),
@@ -178,9 +186,7 @@ def pruned_target(
     parts of files it rules out: a mirror of the table's latest orders (NOT MATCHED BY
     SOURCE ``t.order >= ...``) reads those orders, not the table.
     """
-    df = target_frame(spark, plan)
-    if files is not None:
-        df = plan.target.files_only(df, files, F.col(FILE))
+    df = target_frame(spark, plan, files)
     nmbs = [rc.condition for rc in plan.not_matched_by_source]
     if any(c is None for c in nmbs):
         return df

@@ -626,9 +626,9 @@ def partitions_of(target: TargetTable, spark_paths: Sequence[str]) -> Column | N
             return None
         for i, (col, seg) in enumerate(zip(columns, folders[-len(columns) :], strict=True)):
             key, eq, value = seg.partition("=")
-            if not eq or unquote(key).lower() != col.lower():
+            if not eq or _unescaped(key).lower() != col.lower():
                 return None
-            value = unquote(value)
+            value = _unescaped(value)
             values[i].add(None if value == HIVE_DEFAULT_PARTITION else value)
     conditions = []
     for col, found in zip(columns, values, strict=True):
@@ -649,9 +649,22 @@ def partitions_of(target: TargetTable, spark_paths: Sequence[str]) -> Column | N
     return out
 
 
+def _unescaped(name: str) -> str:
+    """A partition folder name's text as Spark reads it: each ``%XX`` is the character of
+    code XX (Hive's escaping, one byte at a time, not UTF-8)."""
+    return unquote(name, encoding="latin-1")
+
+
+# The values of each integral partition type: a folder value out of range is cast to NULL
+# by Spark (or wraps as a literal), so it is left unfiltered.
+_INTEGER_BITS = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
+
+
 def _exact_literal(value: str, dtype: DataType) -> Column | None:
     """``value`` (a partition folder's) as a literal of ``dtype`` if Spark prints that value
-    exactly so, else None."""
+    exactly so, else None. A date goes to Spark as text cast by Spark (proleptic, any year):
+    a Python date literal crosses py4j as a ``java.sql.Date``, which refuses years before
+    1000 and moves the days of the 1582 calendar switch."""
     if not isinstance(dtype, _EXACT_PARTITION_TYPES):
         return None
     if isinstance(dtype, StringType):
@@ -663,12 +676,15 @@ def _exact_literal(value: str, dtype: DataType) -> Column | None:
             day = date.fromisoformat(value)
         except ValueError:
             return None
-        return F.lit(day) if day.isoformat() == value and len(value) == 10 else None
+        return F.lit(value).cast(DateType()) if day.isoformat() == value else None
     try:
         number = int(value)
     except ValueError:
         return None
-    return F.lit(number).cast(dtype) if str(number) == value else None
+    bits = _INTEGER_BITS[type(dtype)]
+    if str(number) != value or not -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
+        return None
+    return F.lit(value).cast(dtype)
 
 
 def register_partitions(
