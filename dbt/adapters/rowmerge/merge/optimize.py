@@ -53,7 +53,7 @@ from .lean_columns import lean_columns
 from .lock import TableLock
 from .notices import warn
 from .outputs import q
-from .rewrite import staged_files
+from .rewrite import partitions_pruned_by_spark, staged_files
 from .spec import DEFAULT_LOCK_TIMEOUT_S, Upkeep, lock_timeout_problems, parse_upkeep
 from .storage import FileInfo
 from .table import TargetTable, load_target, partition_values
@@ -263,18 +263,19 @@ def _in_key_order(
     key = F.struct(*[F.col(q(c)) for c in cluster])
     mapping = F.create_map(*[F.lit(x) for u, p in sorted(partition_of.items()) for x in (u, p)])
     in_partition = Window.partitionBy("partition").orderBy("low", "file")
-    found = (
-        target.files_only(target.read(spark), list(partition_of), F.col(FILE_PATH))
-        .groupBy(F.col(FILE_PATH).alias("file"))
-        .agg(F.min(key).alias("low"), F.max(key).alias("high"))
-        .withColumn("partition", F.element_at(mapping, F.col("file")))
-        .select(
-            "file",
-            F.row_number().over(in_partition).alias("rank"),
-            F.coalesce(F.lag("high").over(in_partition) >= F.col("low"), F.lit(False)).alias("overlaps"),
+    read = target.files_only(target.read(spark), list(partition_of), F.col(FILE_PATH))
+    with partitions_pruned_by_spark(spark):
+        found = (
+            read.groupBy(F.col(FILE_PATH).alias("file"))
+            .agg(F.min(key).alias("low"), F.max(key).alias("high"))
+            .withColumn("partition", F.element_at(mapping, F.col("file")))
+            .select(
+                "file",
+                F.row_number().over(in_partition).alias("rank"),
+                F.coalesce(F.lag("high").over(in_partition) >= F.col("low"), F.lit(False)).alias("overlaps"),
+            )
+            .collect()
         )
-        .collect()
-    )
     seen = {r["file"]: r for r in found}
     in_order = {
         p
@@ -431,7 +432,8 @@ def compact(
     try:
         with timed_ms(metrics, "rewriteTimeMs"):
             if groups:  # none: the version only records a new cluster_by
-                _write(spark, journal, target, groups, keys, staging.data_dir)
+                with partitions_pruned_by_spark(spark):
+                    _write(spark, journal, target, groups, keys, staging.data_dir)
             removed = {f.path: f.size for g in groups for f in g.files}
             fields = indexed_columns(target.schema.fields, target.partition_columns)
             # ``removed``'s paths as the storage names them (the snapshot's), not Spark's

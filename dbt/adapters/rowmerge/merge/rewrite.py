@@ -633,6 +633,9 @@ def save_rows(
     return f"{feed_dir}/{KIND}={DATA}"  # the journal's Staging.routed_data_dir
 
 
+METASTORE_PRUNING_CONF = "spark.sql.hive.metastorePartitionPruning"
+
+
 def concurrent_writers(spark: SparkSession) -> AbstractContextManager[None]:
     """Plan the writes in the block with :data:`CONCURRENT_WRITERS` open files per task,
     unless the session allows some already (its own setting stands; see
@@ -641,6 +644,19 @@ def concurrent_writers(spark: SparkSession) -> AbstractContextManager[None]:
     instead of sorting, at the memory of those open files. A session that refuses the setting
     writes as before (each task sorted by the outputs' folders)."""
     return _session_setting(spark, CONCURRENT_WRITERS_CONF, str(CONCURRENT_WRITERS), unset="0")
+
+
+def partitions_pruned_by_spark(spark: SparkSession) -> AbstractContextManager[None]:
+    """Plan the reads in the block with Spark pruning a table's partitions itself, from the
+    metastore's list of them all, instead of handing it the filter, unless the session says
+    otherwise. The reads of chosen files filter on their partitions
+    (:meth:`.table.TargetTable.files_only`); handed to the metastore, such a filter fails on
+    names Hive's filter language cannot hold (a partition column named `p q`: Derby refused it)
+    and, on some metastores, on non-string columns. The whole list is what every read of the
+    table without a partition filter fetched anyway; only the listing of files is pruned.
+    Other queries of the session planned meanwhile prune the same way: the same partitions,
+    one metastore request. A session that refuses the setting hands the filter over as before."""
+    return _session_setting(spark, METASTORE_PRUNING_CONF, "false", unset="true")
 
 
 def single_partitions_kept(spark: SparkSession) -> AbstractContextManager[None]:

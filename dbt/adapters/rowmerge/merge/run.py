@@ -80,6 +80,7 @@ from .rewrite import (
     OnePass,
     StagedFile,
     inserts_by_statistics,
+    partitions_pruned_by_spark,
     single_task,
     task_groups,
     write_changes,
@@ -227,7 +228,8 @@ def _run_merge(spark: SparkSession, parsed: MergeSpec) -> MergeResult:
                 else:
                     assert source is not None
                     check_source(plan, source)
-                    version, entry = _merge(spark, plan, source, journal, lock, commit, metrics)
+                    with partitions_pruned_by_spark(spark):
+                        version, entry = _merge(spark, plan, source, journal, lock, commit, metrics)
             except MergeCommittedError:
                 raise
             except Exception as exc:
@@ -436,12 +438,15 @@ def dry_run(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> DryRunR
             files = commit.skipping.candidates(source) if commit.skipping else None
             urls = [journal.storage.to_spark_path(p) for p in files] if files is not None else None
             pruned = pruned_target(spark, plan, source, urls)
-            if plan.matched or plan.not_matched_by_source:
-                with timed(metrics, "scanTimeMs"):
-                    scan = find_touched_files(spark, plan, source, pruned)
-                if plan.spec.max_delete_fraction is not None:
-                    check_deletes(plan, scan.matched_deleted + scan.nmbs_deleted, _table_rows(spark, plan))
-            rows = clause_rows(plan, source, pruned, scan)
+            with partitions_pruned_by_spark(spark):
+                if plan.matched or plan.not_matched_by_source:
+                    with timed(metrics, "scanTimeMs"):
+                        scan = find_touched_files(spark, plan, source, pruned)
+                    if plan.spec.max_delete_fraction is not None:
+                        check_deletes(
+                            plan, scan.matched_deleted + scan.nmbs_deleted, _table_rows(spark, plan)
+                        )
+                rows = clause_rows(plan, source, pruned, scan)
         except Exception as exc:
             if not isinstance(exc, MergeError):
                 _raise_cast_error(exc, target, parsed)
