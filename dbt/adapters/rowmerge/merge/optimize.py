@@ -579,8 +579,7 @@ def _settled(
         return {compaction.partition_of(f.path, journal.location) for f in e.added}
 
     packed = compaction.bin_packed(files, target_bytes, cluster=False)
-    now = written(entry)
-    packable = {g.partition for g in packed} - now
+    packable = {g.partition for g in packed} - written(entry)
     if not packable:
         return frozenset(), frozenset()
     recent: set[str] = set()
@@ -607,15 +606,15 @@ def _one_cold(
     ``max_files`` and ``max_bytes`` (what the merge's settling left of its bounds), the one with
     the fewest bytes of them. One too big for the bounds is never chosen, so it cannot hold up
     the others; it waits for ``optimize``."""
-    best: tuple[int, str, list[Group]] | None = None
-    for partition in sorted(cold):
-        groups = compaction.bin_packed(
-            _cold_small(files, target_bytes, (partition,)), target_bytes, cluster=False
-        )
-        count, size = sum(len(g.files) for g in groups), sum(g.size for g in groups)
-        if groups and count <= max_files and size <= max_bytes and (best is None or size < best[0]):
-            best = (size, partition, groups)
-    return best[2] if best else []
+    by_partition: dict[str, list[Group]] = {}
+    for g in compaction.bin_packed(_cold_small(files, target_bytes, cold), target_bytes, cluster=False):
+        by_partition.setdefault(g.partition, []).append(g)
+    fitting = [
+        (sum(g.size for g in groups), partition, groups)
+        for partition, groups in by_partition.items()
+        if sum(len(g.files) for g in groups) <= max_files and sum(g.size for g in groups) <= max_bytes
+    ]
+    return min(fitting, key=lambda c: c[:2])[2] if fitting else []
 
 
 def after_merge(
