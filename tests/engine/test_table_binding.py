@@ -14,7 +14,15 @@ import os
 
 import pytest
 
-from dbt.adapters.rowmerge.merge import UnsupportedTableError, history, rebind, start_history
+from dbt.adapters.rowmerge.merge import (
+    JournalError,
+    UnsupportedTableError,
+    as_of,
+    history,
+    rebind,
+    restore,
+    start_history,
+)
 from tests.engine.helpers import (
     UPSERT,
     create_table,
@@ -167,3 +175,23 @@ def test_binding_table_holding_a_journaled_table_is_refused(spark, db, tmp_path)
         start_history(spark, f"{db}.o")
     assert folder_digest(str(outer)) == before
     assert rows(spark, f"{db}.i") == [(5, "i")]
+
+
+def test_binding_a_rebound_table_reads_and_restores_its_versions_since_the_rename(spark, db):
+    """The REBIND lists the files where they are now; versions from it on read only those
+    (the paths its earlier versions recorded are gone with the old folder)."""
+    old, new = f"{db}.before_rename", f"{db}.after_rename"
+    create_table(spark, old, "id long, v string", [[(1, "a"), (2, "b")], [(3, "c")]])
+    start_history(spark, old, "CREATE TABLE")
+    merge(spark, old, source_view(spark, f"{db}_r1", "id long, v string", [(1, "A")]), UPSERT)
+    spark.sql(f"ALTER TABLE {old} RENAME TO {new}")
+    assert rebind(spark, new)["version"] == 2
+    merge(spark, new, source_view(spark, f"{db}_r2", "id long, v string", [(2, "B"), (4, "D")]), UPSERT)
+
+    at_rebind = [(1, "A"), (2, "b"), (3, "c")]
+    assert sorted(tuple(r) for r in as_of(spark, new, version=2).collect()) == at_rebind
+    assert sorted(tuple(r) for r in as_of(spark, new, version=3).collect()) == rows(spark, new)
+    with pytest.raises(JournalError, match="Version 1 of .* at version 2 the table was renamed"):
+        as_of(spark, new, version=1)
+    restore(spark, new, version=2)
+    assert rows(spark, new) == at_rebind

@@ -402,7 +402,12 @@ class Reader:
 
 
 def fold(files: dict[str, FileEntry], entry: Entry) -> None:
-    """Apply ``entry`` to ``files`` (path -> the entry of the file now at that path)."""
+    """Apply ``entry`` to ``files`` (path -> the entry of the file now at that path).
+
+    A REBIND lists every file of the table where it is now: the paths before it were the
+    folder's before it moved (a rename, a new location), and no later version has them."""
+    if entry.operation == "REBIND":
+        files.clear()
     for f in entry.removed:
         files.pop(f.path, None)
     for f in entry.added:
