@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -19,6 +20,7 @@ from dbt.adapters.rowmerge.merge import (
     UnsupportedTableError,
     as_of,
     history,
+    optimize,
     rebind,
     restore,
     start_history,
@@ -103,6 +105,7 @@ def test_binding_renamed_table_is_refused_until_rebound(spark, db):
         UPSERT,
         change_data_feed={"table": f"{old}__changes"},
     )
+    old_folder = table_dir(spark, old)
     spark.sql(f"ALTER TABLE {old} RENAME TO {new}")
     src = source_view(spark, f"{db}_s2", "id long, v string", [(2, "B"), (4, "D")])
     folder = table_dir(spark, new)
@@ -115,12 +118,18 @@ def test_binding_renamed_table_is_refused_until_rebound(spark, db):
     assert folder_digest(folder) == before
 
     done = rebind(spark, new)
-    assert done == {"version": 2, "previous": old, "rebound": True, "changes_tables": [f"{old}__changes"]}
+    assert done == {
+        "version": 2,
+        "previous": old,
+        "moved_from": f"file:{old_folder}",  # a managed table's folder moves with its name
+        "rebound": True,
+        "changes_tables": [f"{old}__changes"],
+    }
     assert rebind(spark, new)["rebound"] is False  # once is enough
     newest = history(spark, new, limit=1)[0]
     assert (newest["operation"], newest["applied"]) == ("REBIND", True)
     rebound = _entry(folder, 2)
-    assert (rebound["table"], rebound["reason"]) == (new, f"renamed from {old}")
+    assert (rebound["table"], rebound["reason"]) == (new, f"renamed from {old}, moved from file:{old_folder}")
     # It lists the files where they are now, with their statistics (they moved with the folder).
     assert sorted(f["path"] for f in rebound["added"]) == sorted(
         f"file:{os.path.join(folder, n)}" for n in os.listdir(folder) if n.endswith(".parquet")
@@ -191,7 +200,68 @@ def test_binding_a_rebound_table_reads_and_restores_its_versions_since_the_renam
     at_rebind = [(1, "A"), (2, "b"), (3, "c")]
     assert sorted(tuple(r) for r in as_of(spark, new, version=2).collect()) == at_rebind
     assert sorted(tuple(r) for r in as_of(spark, new, version=3).collect()) == rows(spark, new)
-    with pytest.raises(JournalError, match="Version 1 of .* at version 2 the table was renamed"):
+    with pytest.raises(
+        JournalError, match=r"Version 1 of .* at version 2 the table was rebound \(renamed from "
+    ):
         as_of(spark, new, version=1)
     restore(spark, new, version=2)
     assert rows(spark, new) == at_rebind
+
+
+def test_binding_a_table_whose_folder_was_copied_elsewhere_is_refused_until_rebound(spark, db, tmp_path):
+    """A warehouse copied to a new place and the table pointed at the copy (same name): the
+    journal's versions name the old folder's files. A merge, optimize, restore or as_of would
+    act on those; each is refused, touching neither folder, until the move is recorded."""
+    t = f"{db}.moved"
+    ddl = "(id long, v string, p int) USING parquet PARTITIONED BY (p)"
+    original, copy = str(tmp_path / "warehouse" / "moved"), str(tmp_path / "new_warehouse" / "moved")
+    spark.sql(f"CREATE TABLE {t} {ddl} LOCATION '{original}'")
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a', 1), (2, 'b', 1), (3, 'c', 2)")
+    start_history(spark, t, "CREATE TABLE")
+    merge(spark, t, source_view(spark, f"{db}_m1", "id long, v string, p int", [(1, "A", 1)]), UPSERT)
+    shutil.copytree(original, copy)
+    spark.sql(f"DROP TABLE {t}")  # an external table: its folder stays, as after a copy
+    spark.sql(f"CREATE TABLE {t} {ddl} LOCATION '{copy}'")
+    spark.sql(f"ALTER TABLE {t} RECOVER PARTITIONS")
+    originals, copies = folder_digest(original), folder_digest(copy)
+    src = source_view(spark, f"{db}_m2", "id long, v string, p int", [(2, "B", 1), (4, "D", 2)])
+
+    for attempt in (
+        lambda: merge(spark, t, src, UPSERT),
+        lambda: as_of(spark, t, version=1),
+        lambda: restore(spark, t, version=0),
+        lambda: optimize(spark, t),
+    ):
+        with pytest.raises(UnsupportedTableError) as raised:
+            attempt()
+        message = str(raised.value)
+        assert (
+            f"its journal ({f'file:{copy}'}/_rowmerge_log) names files at file:{original} (version 1)"
+            in message
+        )
+        assert f"rowmerge_rebind --args '{{relation: {t}}}'" in message
+        assert (folder_digest(original), folder_digest(copy)) == (originals, copies)
+
+    done = rebind(spark, t)
+    assert done == {
+        "version": 2,
+        "previous": None,
+        "moved_from": f"file:{original}",
+        "rebound": True,
+        "changes_tables": [],
+    }
+    assert _entry(copy, 2)["reason"] == f"moved from file:{original}"
+    assert rebind(spark, t)["rebound"] is False
+    merge(spark, t, src, UPSERT)
+    after = [(1, "A", 1), (2, "B", 1), (3, "c", 2), (4, "D", 2)]
+    assert rows(spark, t) == after
+    assert sorted(tuple(r) for r in as_of(spark, t, version=2).collect()) == [
+        (1, "A", 1),
+        (2, "b", 1),
+        (3, "c", 2),
+    ]
+    with pytest.raises(JournalError, match=r"at version 2 the table was rebound \(moved from file:"):
+        as_of(spark, t, version=1)
+    restore(spark, t, version=2)
+    assert rows(spark, t) == [(1, "A", 1), (2, "b", 1), (3, "c", 2)]
+    assert folder_digest(original) == originals  # the old folder was never touched

@@ -444,10 +444,17 @@ class RowMergeAdapter(SparkAdapter):
 
     @available
     def rowmerge_rebind(self, relation: str) -> dict[str, Any]:
-        """Record a renamed table's new name in the journal its folder holds (and its feed)."""
+        """Record a renamed table's new name, or its folder's new place, in the journal its
+        folder holds (and its feed)."""
         done = self._engine(lambda spark: merge.rebind(spark, str(relation)), str(relation))
         if done["rebound"]:
-            message = f"rebound from {done['previous']} as version {done['version']}"
+            # a renamed managed table's folder moves too: the new name says enough
+            was = (
+                f"from {done['previous']}"
+                if done["previous"]
+                else f"(its folder moved from {done['moved_from']})"
+            )
+            message = f"rebound {was} as version {done['version']}"
             if done["changes_tables"]:
                 message += f"; change table(s) {', '.join(done['changes_tables'])} now belong to it"
         else:

@@ -976,12 +976,14 @@ def rebind(
     spark: SparkSession, table_name: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> dict[str, Any]:
     """Make the journal in ``table_name``'s folder (and its change tables) ``table_name``'s,
-    after the table was renamed: a merge refuses a journal another table name wrote.
+    after the table was renamed, or its folder moved or copied to where the table now is: a
+    merge refuses a journal another table name wrote, or one whose files are in another folder.
 
     Commits a ``REBIND`` version that records the new name and lists the table's files as
-    they are now (a managed table's files moved with its folder, so statistics recorded
-    under the old paths no longer apply). Also reassigns each change table the journal wrote
-    to that still names the old table. Nothing happens if the journal already names it.
+    they are now (the files moved with their folder, so paths and statistics recorded under
+    the old ones no longer apply; versions before it cannot be read). Also reassigns each
+    change table the journal wrote to that still names the old table. Nothing happens if the
+    journal already names the table and its folder.
     """
     target = load_target(spark, table_name, "REBIND table")
     journal = open_journal(spark, target.location)
@@ -991,13 +993,39 @@ def rebind(
         table_lock(journal, target.name, "REBIND", lock_timeout_s),
     ):
         target = load_target(spark, table_name)
-        versions = journal.versions()
+        versions, applied = journal.listing()
         if not versions:
-            return {"version": None, "previous": None, "rebound": False, "changes_tables": []}
+            return {
+                "version": None,
+                "previous": None,
+                "moved_from": None,
+                "rebound": False,
+                "changes_tables": [],
+            }
         newest = journal.entry(versions[-1], target.name)
-        if same_table(newest.table, target.name_parts):
-            return {"version": newest.version, "previous": None, "rebound": False, "changes_tables": []}
-        version = journal.rebind(target, newest.table)
+        renamed = not same_table(newest.table, target.name_parts)
+        placed = journal.newest_with_files(versions, target.name)
+        folder = journal.moved_from(placed, target) if placed is not None else None
+        if not renamed and folder is None:
+            return {
+                "version": newest.version,
+                "previous": None,
+                "moved_from": None,
+                "rebound": False,
+                "changes_tables": [],
+            }
+        if newest.version not in applied:
+            raise UnsupportedTableError(
+                f"{target.name} cannot be rebound: its newest version, {newest.version} "
+                f"({newest.operation}), was committed by {newest.table} but its files were not all "
+                "moved into place when the table was renamed or its folder moved. Finish it where it "
+                "was written first — give the table back its old name or place, run "
+                f"`dbt run-operation rowmerge_recover --args '{{relation: ...}}'` there, then rename "
+                "or move it again and rebind. Nothing was changed."
+            )
+        reasons = [f"renamed from {newest.table}"] if renamed else []
+        reasons += [f"moved from {folder}"] if folder is not None else []
+        version = journal.rebind(target, ", ".join(reasons))
         moved = []
         for name in journal.feed_tables():
             try:
@@ -1005,11 +1033,17 @@ def rebind(
             except AnalysisException:
                 continue  # dropped since: recovery or the next merge recreates it
             owner = feed_owner.read_owner(journal.storage, location, name)
-            if owner is not None and same_table(owner, parse_name(newest.table)):
+            if renamed and owner is not None and same_table(owner, parse_name(newest.table)):
                 feed_owner.reassign(journal.storage, location, target.qualified_name)
                 moved.append(name)
-    logger.info("rowmerge: %s: rebound from %s (version %d)", target.name, newest.table, version)
-    return {"version": version, "previous": newest.table, "rebound": True, "changes_tables": moved}
+    logger.info("rowmerge: %s: rebound, %s (version %d)", target.name, ", ".join(reasons), version)
+    return {
+        "version": version,
+        "previous": newest.table if renamed else None,
+        "moved_from": folder,
+        "rebound": True,
+        "changes_tables": moved,
+    }
 
 
 def table_stats(spark: SparkSession, table_name: str) -> dict[str, int] | None:

@@ -62,10 +62,30 @@ class Checks(Snapshots):
                 )
 
     def check_bound(self, target: TargetTable) -> None:
-        """:meth:`check_owner` against the newest version (none yet: any table may start it)."""
+        """:meth:`check_owner` against the newest version (none yet: any table may start it),
+        and :meth:`check_place` against the newest that names files (a FENCE or a VACUUM
+        names none; a damaged older entry ends the search: recovery judges entries)."""
         versions = self.versions()
-        if versions:
-            self.check_owner(self.entry(versions[-1], target.name), target)
+        if not versions:
+            return
+        newest = self.entry(versions[-1], target.name)
+        self.check_owner(newest, target)  # its table, and the folder of its files
+        if not (newest.added or newest.removed):
+            placed = self.newest_with_files(versions[:-1], target.name)
+            if placed is not None:
+                self.check_place(placed, target)
+
+    def newest_with_files(self, versions: Sequence[int], table: str) -> Entry | None:
+        """The newest entry of ``versions`` that names data files (a FENCE or a VACUUM names
+        none); None if none does, or if a damaged entry comes first (recovery judges those)."""
+        for version in reversed(versions):
+            try:
+                entry = self.entry(version, table)
+            except JournalError:
+                return None
+            if entry.added or entry.removed:
+                return entry
+        return None
 
     def check_owner(self, entry: Entry, target: TargetTable) -> None:
         """Refuse a journal that another table wrote (``entry``: its newest version).
@@ -75,6 +95,7 @@ class Checks(Snapshots):
         explicitly (:meth:`rebind_entry`), never guessed.
         """
         if same_table(entry.table, target.name_parts):
+            self.check_place(entry, target)
             return
         raise UnsupportedTableError(
             f"{target.name} cannot use the journal in {self.log_dir}: it belongs to table "
@@ -84,6 +105,42 @@ class Checks(Snapshots):
             f"location. If {entry.table} was renamed to {target.qualified_name}, record the new name "
             f"once: `dbt run-operation rowmerge_rebind --args '{{relation: {target.qualified_name}}}'` "
             "(Python: rebind(spark, table)). Nothing was changed."
+        )
+
+    def moved_from(self, entry: Entry, target: TargetTable) -> str | None:
+        """The folder ``entry``'s files were in, if not this one: the table's folder was moved
+        or copied (``ALTER TABLE … SET LOCATION``, a copied warehouse) after ``entry``. Only
+        when none of its paths lies below this folder: an entry naming one path elsewhere among
+        others here was edited, and :meth:`problems` names that path."""
+        paths = [f.path for f in (*entry.added, *entry.removed)]
+        below = self.location.rstrip("/") + "/"
+        if not paths or any(p.startswith(below) for p in paths):
+            return None
+        folder = paths[0].rsplit("/", 1)[0]
+        for _ in target.partition_columns:
+            if "=" in folder.rsplit("/", 1)[-1]:
+                folder = folder.rsplit("/", 1)[0]
+        return folder
+
+    def check_place(self, entry: Entry, target: TargetTable) -> None:
+        """Refuse a journal whose entry names files in another folder than the table's.
+
+        Its versions describe that folder's files: a commit here would be judged against
+        them, a recovery would move them, and ``as_of``/``restore`` would read them — the rows
+        of another copy of the table, or of none. :meth:`rebind` records the new place.
+        """
+        before = self.moved_from(entry, target)
+        if before is None:
+            return
+        raise UnsupportedTableError(
+            f"{target.name} is stored at {self.location}, but its journal ({self.log_dir}) names "
+            f"files at {before} (version {entry.version}): the table's folder was moved or "
+            "copied there without its journal knowing (ALTER TABLE … SET LOCATION, a copied "
+            "warehouse). Its versions describe the files of the other folder, so a merge, "
+            "optimize, restore or time-travel read would act on them. Record the new place once: "
+            f"`dbt run-operation rowmerge_rebind --args '{{relation: {target.qualified_name}}}'` "
+            "(Python: rebind(spark, table)); versions from then on can be read and restored, "
+            "earlier ones cannot. Nothing was changed."
         )
 
     def problems(self, entry: Entry, partition_columns: Sequence[str]) -> list[str]:

@@ -362,13 +362,13 @@ class Writer(Checks):
         """Commit an empty version, so that a writer whose lease was taken over cannot commit."""
         return self._commit_marker(table, "FENCE", reason)
 
-    def rebind(self, target: TargetTable, previous: str) -> int:
-        """Commit a version that makes ``target`` this journal's table from now on (it was
-        ``previous``'s: the table was renamed). It lists every file of the table as it is now,
-        with its statistics, as version 0 does: a managed table's files moved with its folder.
-        Hold the lock."""
+    def rebind(self, target: TargetTable, reason: str) -> int:
+        """Commit a version that makes ``target`` this journal's table, in this folder, from
+        now on (``reason``: it was renamed, or its folder moved or was copied). It lists every
+        file of the table as it is now, with its statistics, as version 0 does: the files
+        moved with their folder, and versions before it name the old paths. Hold the lock."""
         found = self.initial_entry(target, "REBIND")
-        return self._commit_marker(target.qualified_name, "REBIND", f"renamed from {previous}", found.added)
+        return self._commit_marker(target.qualified_name, "REBIND", reason, found.added)
 
     def _commit_marker(
         self, table: str, operation: str, reason: str, files: tuple[FileEntry, ...] = ()

@@ -73,7 +73,7 @@ class Snapshots(Checkpoints):
         for e in entries:
             if e.version > version and (e.operation == "REBIND" or e.catalog is not None):
                 what = (
-                    "the table was renamed (its files moved with its folder)"
+                    f"the table was rebound ({e.reason or 'renamed'}; its files' paths changed)"
                     if e.operation == "REBIND"
                     else "a full refresh changed its columns, partitioning or format"
                 )
