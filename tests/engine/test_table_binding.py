@@ -24,6 +24,7 @@ from dbt.adapters.rowmerge.merge import (
     rebind,
     restore,
     start_history,
+    vacuum,
 )
 from tests.engine.helpers import (
     UPSERT,
@@ -265,3 +266,44 @@ def test_binding_a_table_whose_folder_was_copied_elsewhere_is_refused_until_rebo
     restore(spark, t, version=2)
     assert rows(spark, t) == [(1, "A", 1), (2, "b", 1), (3, "c", 2)]
     assert folder_digest(original) == originals  # the old folder was never touched
+
+
+def test_binding_a_copied_folder_is_refused_when_the_newest_version_names_no_files(spark, db, tmp_path):
+    """A VACUUM names no data file: the check looks back to the newest version that does."""
+    t = f"{db}.vacuumed"
+    ddl = "(id long, v string) USING parquet"
+    original, copy = str(tmp_path / "warehouse" / "vacuumed"), str(tmp_path / "new_warehouse" / "vacuumed")
+    spark.sql(f"CREATE TABLE {t} {ddl} LOCATION '{original}'")
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    start_history(spark, t, "CREATE TABLE")
+    merge(spark, t, source_view(spark, f"{db}_v1", "id long, v string", [(1, "A")]), UPSERT)
+    merge(spark, t, source_view(spark, f"{db}_v2", "id long, v string", [(2, "B")]), UPSERT)
+    assert vacuum(spark, t, retain_versions=1, retain_hours=0, force=True).version == 3
+    assert history(spark, t, limit=1)[0]["operation"] == "VACUUM"
+    shutil.copytree(original, copy)
+    spark.sql(f"DROP TABLE {t}")
+    spark.sql(f"CREATE TABLE {t} {ddl} LOCATION '{copy}'")
+    originals, copies = folder_digest(original), folder_digest(copy)
+    src = source_view(spark, f"{db}_v3", "id long, v string", [(3, "c")])
+    for attempt in (lambda: merge(spark, t, src, UPSERT), lambda: optimize(spark, t)):
+        with pytest.raises(UnsupportedTableError, match=f"names files at file:{original} \\(version 2\\)"):
+            attempt()
+        assert (folder_digest(original), folder_digest(copy)) == (originals, copies)
+    assert rebind(spark, t)["version"] == 4
+    merge(spark, t, src, UPSERT)
+    assert rows(spark, t) == [(1, "A"), (2, "B"), (3, "c")]
+
+
+def test_binding_an_empty_table_renamed_is_rebound_once(spark, db):
+    """A REBIND of an empty table names no file, and still says where the files are."""
+    old, new = f"{db}.empty_before", f"{db}.empty_after"
+    create_table(spark, old, "id long, v string", [[(1, "a")]])
+    start_history(spark, old, "CREATE TABLE")
+    delete = [{"when": "matched", "action": "delete"}]
+    merge(spark, old, source_view(spark, f"{db}_e1", "id long, v string", [(1, "a")]), delete)
+    assert rows(spark, old) == []
+    spark.sql(f"ALTER TABLE {old} RENAME TO {new}")
+    assert rebind(spark, new)["version"] == 2
+    assert rebind(spark, new)["rebound"] is False
+    merge(spark, new, source_view(spark, f"{db}_e2", "id long, v string", [(3, "c")]), UPSERT)
+    assert rows(spark, new) == [(3, "c")]

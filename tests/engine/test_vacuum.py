@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 
 import pytest
@@ -153,9 +154,10 @@ def test_vacuum_refuses_files_of_versions_current_within_the_hour_unless_forced(
     assert (dry.expired, dry.files_deleted) == ((1, 2), 2)
     assert len([p for p in dry.files if "/retained/" in p]) == 2
     assert dry.refused is not None and "version(s) 0, 1" in dry.refused
-    assert dry.summary().endswith(
-        "Without force it would be " + dry.refused
-    ) and "would delete 2 retained file(s)" in dry.summary()
+    assert (
+        dry.summary().endswith("Without force it would be " + dry.refused)
+        and "would delete 2 retained file(s)" in dry.summary()
+    )
     assert folder_digest(table_dir(spark, t)) == state
     assert vacuum(spark, t, retain_versions=0, dry_run=True, force=True).refused is None
 
@@ -221,9 +223,7 @@ VACUUM_STEPS = [
 
 
 # tests/reliability/test_fault_vacuum.py kills a process after every one of these steps.
-@pytest.mark.parametrize(
-    "step", long_except(VACUUM_STEPS, ["vacuum_base", "vacuum_entry", "vacuum_applied"])
-)
+@pytest.mark.parametrize("step", long_except(VACUUM_STEPS, ["vacuum_base", "vacuum_entry", "vacuum_applied"]))
 def test_killed_at_any_step_vacuum_is_finished_by_recovery(spark, db, monkeypatch, step):
     t, saved = _table_with_history(spark, db, 3, retain_versions=5)
 
@@ -301,7 +301,6 @@ def test_vacuum_folds_old_entries_into_a_base_the_journal_starts_from(spark, db)
     assert not os.path.exists(os.path.join(table_dir(spark, t), LOG, f"{4:020d}.base.json"))
 
 
-
 def test_vacuums_alone_do_not_move_retention_on(spark, db):
     """A vacuum changes no row and no file: run again and again on a table that no longer
     merges, it commits nothing more and every version retention keeps stays readable (were its
@@ -321,6 +320,7 @@ def test_vacuums_alone_do_not_move_retention_on(spark, db):
     assert (vacuum(spark, t).version, vacuum(spark, t).version) == (9, None)
     assert vacuum(spark, t).oldest_readable == 6
     assert _read(spark, t, 6) == saved[6]
+
 
 def _vacuum_stopped_after_its_base(spark, t: str, monkeypatch, **arguments) -> None:
     """A vacuum of ``t`` that crashes once its base is written, before its entry commits it."""
@@ -470,3 +470,27 @@ def test_a_folded_full_refresh_without_change_rows_still_stops_a_feed_read_acros
     with pytest.raises(ValueError, match="version 2 of .* is a full refresh .* that wrote no change rows"):
         changes_range(spark, t, start_version=1)
     assert changes_range(spark, t, start_version=3).start == 3
+
+
+def test_vacuum_drops_feed_versions_where_the_catalog_has_the_change_table_now(spark, db, tmp_path):
+    """The change table moved (copied, then its location set to the copy): the versions are
+    dropped from the copy, and the folder the entries wrote to is left alone."""
+    t, changes = f"{db}.t", f"{db}.t__changes"
+    create_table(spark, t, "id long, v string", [[(1, "a")]])
+    for i in range(1, 4):
+        src = source_view(spark, f"{db}_m{i}", "id long, v string", [(1, f"v{i}")])
+        merge(spark, t, src, UPSERT, auto_compact=False, change_data_feed={"table": changes})
+    old, new = table_dir(spark, changes), str(tmp_path / "moved" / "t__changes")
+    shutil.copytree(old, new)
+    spark.sql(f"ALTER TABLE {changes} SET LOCATION '{new}'")
+    for k in (1, 2, 3):
+        spark.sql(
+            f"ALTER TABLE {changes} PARTITION (_commit_version={k}) SET LOCATION '{new}/_commit_version={k}'"
+        )
+    before = folder_digest(old)
+
+    done = vacuum(spark, t, change_feed_retain_versions=1)
+    assert done.feed_dropped == 2
+    assert sorted(n for n in os.listdir(new) if n.startswith("_commit")) == ["_commit_version=3"]
+    assert _feed_versions(spark, t) == [3]
+    assert folder_digest(old) == before

@@ -1014,11 +1014,12 @@ def rebind(
                 "rebound": False,
                 "changes_tables": [],
             }
-        if newest.version not in applied:
+        pending = sorted(set(versions) - set(applied))
+        if pending:
             raise UnsupportedTableError(
-                f"{target.name} cannot be rebound: its newest version, {newest.version} "
-                f"({newest.operation}), was committed by {newest.table} but its files were not all "
-                "moved into place when the table was renamed or its folder moved. Finish it where it "
+                f"{target.name} cannot be rebound: its version {pending[0]} was committed but its "
+                "files were not all moved into place when the table was renamed or its folder "
+                "moved. Finish it where it "
                 "was written first — give the table back its old name or place, run "
                 f"`dbt run-operation rowmerge_recover --args '{{relation: ...}}'` there, then rename "
                 "or move it again and rebind. Nothing was changed."

@@ -25,7 +25,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import AnalysisException
 
-from . import faults
+from . import faults, feed_owner
 from .errors import MergeCommittedError, MergeSpecError, UnsafeVacuumError
 from .journal import DEFAULT_RETENTION, Entry, FileEntry, Journal, Retention, history_row
 from .journal.base import BASE_OPERATION, Base
@@ -186,7 +186,7 @@ def _vacuum(
     oldest = keep_from(policy, since, now)
     expired = tuple(k for k in journal.retained_versions() if k <= oldest)
     fold = oldest if oldest > entries[0].version else None
-    feed, feed_from = _feed_expiry(spark, journal, since, policy)
+    feed, feed_from = _feed_expiry(spark, journal, target, since, policy)
     if not expired and fold is None and feed is None:
         return VacuumResult(target.name, None, (), 0, 0, oldest, dry_run=lock is None)
     refused = (
@@ -269,24 +269,25 @@ def _since_last_change(entries: Sequence[Entry]) -> Sequence[Entry]:
 
 
 def _feed_expiry(
-    spark: SparkSession, journal: Journal, entries: Sequence[Entry], policy: Retention
+    spark: SparkSession, journal: Journal, target: TargetTable, entries: Sequence[Entry], policy: Retention
 ) -> tuple[FeedExpiry | None, int]:
     """The change-feed versions ``policy`` no longer keeps (in the change table the model
     writes now), and the oldest version it keeps (0: every one)."""
     if policy.feed_versions is None:
         return None, 0
     cutoff = max(0, entries[-1].version - policy.feed_versions + 1)
-    written = [e.cdf for e in reversed(entries) if e.cdf is not None]
+    written = next((e.cdf for e in reversed(entries) if e.cdf is not None), None)
     base = journal.base()
-    name = written[0].table if written else (base.feed_table if base is not None else None)
+    name = written.table if written else (base.feed_table if base is not None else None)
     if name is None:
         return None, cutoff
-    location = next((c.location for c in written if c.table == name), None)
-    if location is None:
-        try:
-            location = journal.storage.qualify(describe_table(spark, sql_name(name)).location.rstrip("/"))
-        except AnalysisException:
-            return None, cutoff  # dropped: nothing of it to expire
+    # Where the catalog has it now, never where an entry wrote it: the change table (or the
+    # whole warehouse) may have moved since, and that folder may be another table's copy.
+    try:
+        location = journal.storage.qualify(describe_table(spark, sql_name(name)).location.rstrip("/"))
+    except AnalysisException:
+        return None, cutoff  # dropped: nothing of it to expire
+    feed_owner.check_owner(journal.storage, location, name, target.name, target.name_parts)
     prefix = f"{COMMIT_VERSION}="
     found = sorted(
         int(n[len(prefix) :])

@@ -284,7 +284,7 @@ class Journal(Writer):
             )
         newest = self.entry(versions[-1], target.name) if versions else None
         if newest is not None:
-            self.check_owner(newest, target)
+            self.check_newest(versions, newest, target)
         for v in versions:
             if v in applied:
                 continue

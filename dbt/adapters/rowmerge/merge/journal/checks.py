@@ -62,28 +62,30 @@ class Checks(Snapshots):
                 )
 
     def check_bound(self, target: TargetTable) -> None:
-        """:meth:`check_owner` against the newest version (none yet: any table may start it),
-        and :meth:`check_place` against the newest that names files (a FENCE or a VACUUM
-        names none; a damaged older entry ends the search: recovery judges entries)."""
+        """:meth:`check_newest` against the journal as it is (none yet: any table may start it)."""
         versions = self.versions()
-        if not versions:
-            return
-        newest = self.entry(versions[-1], target.name)
-        self.check_owner(newest, target)  # its table, and the folder of its files
-        if not (newest.added or newest.removed):
-            placed = self.newest_with_files(versions[:-1], target.name)
-            if placed is not None:
-                self.check_place(placed, target)
+        if versions:
+            self.check_newest(versions, self.entry(versions[-1], target.name), target)
+
+    def check_newest(self, versions: Sequence[int], newest: Entry, target: TargetTable) -> None:
+        """:meth:`check_owner` against ``newest`` (the entry of ``versions[-1]``) and
+        :meth:`check_place` against the newest entry that says where the files are (a FENCE
+        or a VACUUM names none: older entries are read until one does)."""
+        self.check_owner(newest, target)
+        placed = newest if _places(newest) else self.newest_with_files(versions[:-1], target.name)
+        if placed is not None:
+            self.check_place(placed, target)
 
     def newest_with_files(self, versions: Sequence[int], table: str) -> Entry | None:
-        """The newest entry of ``versions`` that names data files (a FENCE or a VACUUM names
-        none); None if none does, or if a damaged entry comes first (recovery judges those)."""
+        """The newest entry of ``versions`` that says where the table's files are (names data
+        files, or is a REBIND: an empty table rebound names none); None if none does, or if a
+        damaged entry comes first (recovery judges those)."""
         for version in reversed(versions):
             try:
                 entry = self.entry(version, table)
             except JournalError:
                 return None
-            if entry.added or entry.removed:
+            if _places(entry):
                 return entry
         return None
 
@@ -95,7 +97,6 @@ class Checks(Snapshots):
         explicitly (:meth:`rebind_entry`), never guessed.
         """
         if same_table(entry.table, target.name_parts):
-            self.check_place(entry, target)
             return
         raise UnsupportedTableError(
             f"{target.name} cannot use the journal in {self.log_dir}: it belongs to table "
@@ -136,7 +137,8 @@ class Checks(Snapshots):
             f"{target.name} is stored at {self.location}, but its journal ({self.log_dir}) names "
             f"files at {before} (version {entry.version}): the table's folder was moved or "
             "copied there without its journal knowing (ALTER TABLE … SET LOCATION, a copied "
-            "warehouse). Its versions describe the files of the other folder, so a merge, "
+            "warehouse; or its location is now written another way, as s3:// for s3a://). "
+            "Its versions describe the files of the other folder, so a merge, "
             "optimize, restore or time-travel read would act on them. Record the new place once: "
             f"`dbt run-operation rowmerge_rebind --args '{{relation: {target.qualified_name}}}'` "
             "(Python: rebind(spark, table)); versions from then on can be read and restored, "
@@ -360,3 +362,9 @@ class Checks(Snapshots):
 def _placed(staged: str | None) -> str | None:
     """Where a data file staged at ``staged`` (relative to its staging folder) goes in the table."""
     return placed(staged) if staged is not None else None
+
+
+def _places(entry: Entry) -> bool:
+    """Whether ``entry`` says where the table's files are: it names some, or it is a REBIND
+    (which lists every file of the table, none for an empty one)."""
+    return entry.operation == "REBIND" or bool(entry.added or entry.removed)
