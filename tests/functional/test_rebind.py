@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 from dbt.tests.util import run_dbt_and_capture, write_file
 
-from tests.functional.helpers import incremental_model, ok, rows, run_step, table, values
+from tests.engine.helpers import folder_digest
+from tests.functional.helpers import incremental_model, ok, rows, run_step, table, table_property, values
 
 STEP1 = values("id, name", "(1, 'a')", "(2, 'b')")
 STEP2 = values("id, name", "(2, 'B')", "(3, 'c')")
@@ -59,3 +61,37 @@ class TestRebindAfterRename:
             ],
             key=repr,
         )
+
+
+class TestRebindAfterMove:
+    def test_model_whose_folder_was_copied_is_refused_then_rebound(self, project, tmp_path):
+        """The table's folder copied to a new place and the table pointed at the copy (as after
+        copying a warehouse): the journal still names the old folder's files."""
+        models = os.path.join(project.project_root, "models")
+        write_file(incremental_model("unique_key='id'", STEP1, STEP2, STEP3), models, "orders.sql")
+        ok(run_step(1), "orders")
+        ok(run_step(2), "orders")
+        original = str(table_property(project, "orders", "Location")).removeprefix("file:")
+        copy = str(tmp_path / "new_warehouse" / "orders")
+        shutil.copytree(original, copy)
+        project.run_sql(f"alter table {table(project, 'orders')} set location '{copy}'")
+        before = folder_digest(original), folder_digest(copy)
+
+        refused = run_step(3, expect_pass=False)["orders"]
+        assert refused.status == "error"
+        message = re.sub(r"\s+", " ", str(refused.message))
+        assert f"names files at file:{original} (version 1)" in message
+        assert f"rowmerge_rebind --args '{{relation: {table(project, 'orders')}}}'" in message
+        assert (folder_digest(original), folder_digest(copy)) == before
+        assert rows(project, "orders") == [(1, "a"), (2, "B"), (3, "c")]
+
+        _, output = run_dbt_and_capture(
+            ["run-operation", "rowmerge_rebind", "--args", f"{{relation: {table(project, 'orders')}}}"]
+        )
+        assert (
+            f"rowmerge_rebind {table(project, 'orders')}: rebound (its folder moved from file:{original}) as "
+            "version 2"
+        ) in output
+        ok(run_step(3), "orders")
+        assert rows(project, "orders") == [(1, "a"), (2, "B"), (3, "C"), (4, "d")]
+        assert folder_digest(original) == before[0]
