@@ -209,6 +209,16 @@ def test_binding_a_rebound_table_reads_and_restores_its_versions_since_the_renam
     assert rows(spark, new) == at_rebind
 
 
+def _point_at_a_copy(spark, t: str, ddl: str, original: str, copy: str) -> None:
+    """Copy the external table ``t``'s folder and make ``t`` (same name) the copy's, as after
+    copying a warehouse: the old folder stays."""
+    shutil.copytree(original, copy)
+    spark.sql(f"DROP TABLE {t}")
+    spark.sql(f"CREATE TABLE {t} {ddl} LOCATION '{copy}'")
+    if "PARTITIONED BY" in ddl:
+        spark.sql(f"ALTER TABLE {t} RECOVER PARTITIONS")
+
+
 def test_binding_a_table_whose_folder_was_copied_elsewhere_is_refused_until_rebound(spark, db, tmp_path):
     """A warehouse copied to a new place and the table pointed at the copy (same name): the
     journal's versions name the old folder's files. A merge, optimize, restore or as_of would
@@ -220,10 +230,7 @@ def test_binding_a_table_whose_folder_was_copied_elsewhere_is_refused_until_rebo
     spark.sql(f"INSERT INTO {t} VALUES (1, 'a', 1), (2, 'b', 1), (3, 'c', 2)")
     start_history(spark, t, "CREATE TABLE")
     merge(spark, t, source_view(spark, f"{db}_m1", "id long, v string, p int", [(1, "A", 1)]), UPSERT)
-    shutil.copytree(original, copy)
-    spark.sql(f"DROP TABLE {t}")  # an external table: its folder stays, as after a copy
-    spark.sql(f"CREATE TABLE {t} {ddl} LOCATION '{copy}'")
-    spark.sql(f"ALTER TABLE {t} RECOVER PARTITIONS")
+    _point_at_a_copy(spark, t, ddl, original, copy)
     originals, copies = folder_digest(original), folder_digest(copy)
     src = source_view(spark, f"{db}_m2", "id long, v string, p int", [(2, "B", 1), (4, "D", 2)])
 
@@ -237,8 +244,7 @@ def test_binding_a_table_whose_folder_was_copied_elsewhere_is_refused_until_rebo
             attempt()
         message = str(raised.value)
         assert (
-            f"its journal ({f'file:{copy}'}/_rowmerge_log) names files at file:{original} (version 1)"
-            in message
+            f"its journal (file:{copy}/_rowmerge_log) names files at file:{original} (version 1)" in message
         )
         assert f"rowmerge_rebind --args '{{relation: {t}}}'" in message
         assert (folder_digest(original), folder_digest(copy)) == (originals, copies)
@@ -280,9 +286,7 @@ def test_binding_a_copied_folder_is_refused_when_the_newest_version_names_no_fil
     merge(spark, t, source_view(spark, f"{db}_v2", "id long, v string", [(2, "B")]), UPSERT)
     assert vacuum(spark, t, retain_versions=1, retain_hours=0, force=True).version == 3
     assert history(spark, t, limit=1)[0]["operation"] == "VACUUM"
-    shutil.copytree(original, copy)
-    spark.sql(f"DROP TABLE {t}")
-    spark.sql(f"CREATE TABLE {t} {ddl} LOCATION '{copy}'")
+    _point_at_a_copy(spark, t, ddl, original, copy)
     originals, copies = folder_digest(original), folder_digest(copy)
     src = source_view(spark, f"{db}_v3", "id long, v string", [(3, "c")])
     for attempt in (lambda: merge(spark, t, src, UPSERT), lambda: optimize(spark, t)):

@@ -1004,7 +1004,7 @@ def rebind(
             }
         newest = journal.entry(versions[-1], target.name)
         renamed = not same_table(newest.table, target.name_parts)
-        placed = journal.newest_with_files(versions, target.name)
+        placed = journal.placing(versions, newest, target.name)
         folder = journal.moved_from(placed, target) if placed is not None else None
         if not renamed and folder is None:
             return {

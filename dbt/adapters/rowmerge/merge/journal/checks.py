@@ -72,9 +72,14 @@ class Checks(Snapshots):
         :meth:`check_place` against the newest entry that says where the files are (a FENCE
         or a VACUUM names none: older entries are read until one does)."""
         self.check_owner(newest, target)
-        placed = newest if _places(newest) else self.newest_with_files(versions[:-1], target.name)
+        placed = self.placing(versions, newest, target.name)
         if placed is not None:
             self.check_place(placed, target)
+
+    def placing(self, versions: Sequence[int], newest: Entry, table: str) -> Entry | None:
+        """The newest entry that says where the table's files are: ``newest`` (the entry of
+        ``versions[-1]``, already read) if it does, else :meth:`newest_with_files` of the rest."""
+        return newest if _places(newest) else self.newest_with_files(versions[:-1], table)
 
     def newest_with_files(self, versions: Sequence[int], table: str) -> Entry | None:
         """The newest entry of ``versions`` that says where the table's files are (names data
