@@ -311,3 +311,27 @@ def test_binding_an_empty_table_renamed_is_rebound_once(spark, db):
     assert rebind(spark, new)["rebound"] is False
     merge(spark, new, source_view(spark, f"{db}_e2", "id long, v string", [(3, "c")]), UPSERT)
     assert rows(spark, new) == [(3, "c")]
+
+
+def test_binding_a_copied_folder_is_refused_when_the_version_before_is_an_empty_rebind(spark, db, tmp_path):
+    """A version naming only another folder's files is a move when the version that placed
+    the files before it names none here either — an empty table's REBIND names none at all.
+    (One naming this folder's files before it makes the newer one an edited entry:
+    test_bad_inputs' journal-removes-file-of-another-folder.)"""
+    old, t = f"{db}.empty_then_copied", f"{db}.copied_after_rename"
+    ddl = "(id long, v string) USING parquet"
+    original, copy = str(tmp_path / "warehouse" / "kept"), str(tmp_path / "new_warehouse" / "kept")
+    spark.sql(f"CREATE TABLE {old} {ddl} LOCATION '{original}'")
+    start_history(spark, old, "CREATE TABLE")
+    spark.sql(f"ALTER TABLE {old} RENAME TO {t}")
+    assert rebind(spark, t)["version"] == 1
+    merge(spark, t, source_view(spark, f"{db}_c1", "id long, v string", [(1, "a")]), UPSERT)
+    _point_at_a_copy(spark, t, ddl, original, copy)
+    originals, copies = folder_digest(original), folder_digest(copy)
+    src = source_view(spark, f"{db}_c2", "id long, v string", [(2, "b")])
+    with pytest.raises(UnsupportedTableError, match=f"names files at file:{original} \\(version 2\\)"):
+        merge(spark, t, src, UPSERT)
+    assert (folder_digest(original), folder_digest(copy)) == (originals, copies)
+    assert rebind(spark, t)["moved_from"] == f"file:{original}"
+    merge(spark, t, src, UPSERT)
+    assert rows(spark, t) == [(1, "a"), (2, "b")]

@@ -1004,8 +1004,8 @@ def rebind(
             }
         newest = journal.entry(versions[-1], target.name)
         renamed = not same_table(newest.table, target.name_parts)
-        placed = journal.placing(versions, newest, target.name)
-        folder = journal.moved_from(placed, target) if placed is not None else None
+        relocated = journal.moved(versions, newest, target)
+        folder = relocated[1] if relocated is not None else None
         if not renamed and folder is None:
             return {
                 "version": newest.version,

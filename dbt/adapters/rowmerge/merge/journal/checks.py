@@ -68,18 +68,34 @@ class Checks(Snapshots):
             self.check_newest(versions, self.entry(versions[-1], target.name), target)
 
     def check_newest(self, versions: Sequence[int], newest: Entry, target: TargetTable) -> None:
-        """:meth:`check_owner` against ``newest`` (the entry of ``versions[-1]``) and
-        :meth:`check_place` against the newest entry that says where the files are (a FENCE
-        or a VACUUM names none: older entries are read until one does)."""
+        """:meth:`check_owner` against ``newest`` (the entry of ``versions[-1]``), and refuse a
+        table whose folder :meth:`moved` (a FENCE or a VACUUM names no files: older entries are
+        read until one does)."""
         self.check_owner(newest, target)
-        placed = self.placing(versions, newest, target.name)
-        if placed is not None:
-            self.check_place(placed, target)
+        moved = self.moved(versions, newest, target)
+        if moved is not None:
+            self.refuse_moved(*moved, target)
 
-    def placing(self, versions: Sequence[int], newest: Entry, table: str) -> Entry | None:
-        """The newest entry that says where the table's files are: ``newest`` (the entry of
-        ``versions[-1]``, already read) if it does, else :meth:`newest_with_files` of the rest."""
-        return newest if _places(newest) else self.newest_with_files(versions[:-1], table)
+    def moved(self, versions: Sequence[int], newest: Entry, target: TargetTable) -> tuple[Entry, str] | None:
+        """The entry that says where the table's files are and the folder it names, if that
+        folder is not the table's (None: the files are where the journal says).
+
+        The newest entry that places the files (``newest``, the entry of ``versions[-1]``,
+        already read, if it does; else an older one) names none below the table's folder. A
+        folder moved or copied after it left every entry naming the old folder, so the entry
+        that placed the files before it must name none here either: one that does means this
+        entry was edited to name another folder's file, and :meth:`problems` says so.
+        """
+        placed = newest if _places(newest) else self.newest_with_files(versions[:-1], target.name)
+        if placed is None:
+            return None
+        folder = self.moved_from(placed, target)
+        if folder is None:
+            return None
+        before = self.newest_with_files([v for v in versions if v < placed.version], target.name)
+        if before is not None and self.moved_from(before, target) is None and _names_files(before):
+            return None
+        return placed, folder
 
     def newest_with_files(self, versions: Sequence[int], table: str) -> Entry | None:
         """The newest entry of ``versions`` that says where the table's files are (names data
@@ -128,16 +144,13 @@ class Checks(Snapshots):
                 folder = folder.rsplit("/", 1)[0]
         return folder
 
-    def check_place(self, entry: Entry, target: TargetTable) -> None:
-        """Refuse a journal whose entry names files in another folder than the table's.
+    def refuse_moved(self, entry: Entry, before: str, target: TargetTable) -> None:
+        """Refuse a journal whose entry names files in another folder (``before``) than the table's.
 
         Its versions describe that folder's files: a commit here would be judged against
         them, a recovery would move them, and ``as_of``/``restore`` would read them — the rows
         of another copy of the table, or of none. :meth:`rebind` records the new place.
         """
-        before = self.moved_from(entry, target)
-        if before is None:
-            return
         raise UnsupportedTableError(
             f"{target.name} is stored at {self.location}, but its journal ({self.log_dir}) names "
             f"files at {before} (version {entry.version}): the table's folder was moved or "
@@ -367,6 +380,11 @@ class Checks(Snapshots):
 def _placed(staged: str | None) -> str | None:
     """Where a data file staged at ``staged`` (relative to its staging folder) goes in the table."""
     return placed(staged) if staged is not None else None
+
+
+def _names_files(entry: Entry) -> bool:
+    """Whether ``entry`` names any data file (an empty table's REBIND names none)."""
+    return bool(entry.added or entry.removed)
 
 
 def _places(entry: Entry) -> bool:
