@@ -21,11 +21,11 @@ from pyspark.sql import SparkSession
 pytest_plugins = ["dbt.tests.fixtures.project"]
 
 
-# Files that take minutes each, longest first (CI durations, stop 62: 426 s to ~60 s). `make test` runs two workers that
-# take whole files in collection order (--dist loadfile, without xdist's reordering by test
-# count, which puts one-test files last): starting these first keeps one worker from idling
-# while the other runs a campaign of several minutes at the end. Files not listed follow in
-# their usual order; a stale list only costs time.
+# Files that take minutes each, longest first (CI durations, stop 62: 426 s down to ~60 s).
+# `make test` runs two workers that take whole files in collection order (--dist loadfile,
+# without xdist's reordering by test count, which puts one-test files last): starting these
+# first keeps one worker from idling while the other runs a campaign of several minutes at the
+# end. Files not listed follow in their usual order; a stale list only costs time.
 SLOW_FILES = (
     "tests/integration/test_integration_project.py",
     "tests/reliability/test_fault_compaction.py",

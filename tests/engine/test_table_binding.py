@@ -335,3 +335,37 @@ def test_binding_a_copied_folder_is_refused_when_the_version_before_is_an_empty_
     assert rebind(spark, t)["moved_from"] == f"file:{original}"
     merge(spark, t, src, UPSERT)
     assert rows(spark, t) == [(1, "a"), (2, "b")]
+
+
+def test_binding_a_folder_moved_back_after_a_rebind_is_refused_again(spark, db, tmp_path):
+    """A → B (rebound there), then B's folder copied back to A's place and the table pointed at
+    it: the REBIND names B's files and the version before it A's — a move, not an edited entry
+    (only an unapplied write is left to recovery's judgement)."""
+    t = f"{db}.round_trip"
+    ddl = "(id long, v string) USING parquet"
+    a, b = str(tmp_path / "a" / "round_trip"), str(tmp_path / "b" / "round_trip")
+    spark.sql(f"CREATE TABLE {t} {ddl} LOCATION '{a}'")
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    start_history(spark, t, "CREATE TABLE")
+    merge(spark, t, source_view(spark, f"{db}_r1", "id long, v string", [(1, "A")]), UPSERT)
+    _point_at_a_copy(spark, t, ddl, a, b)
+    assert rebind(spark, t)["moved_from"] == f"file:{a}"
+    shutil.rmtree(a)
+    _point_at_a_copy(spark, t, ddl, b, a)
+    folders = folder_digest(a), folder_digest(b)
+    src = source_view(spark, f"{db}_r2", "id long, v string", [(2, "B"), (3, "C")])
+    for attempt in (lambda: merge(spark, t, src, UPSERT), lambda: as_of(spark, t, version=2)):
+        with pytest.raises(UnsupportedTableError, match=f"names files at file:{b} \\(version 2\\)"):
+            attempt()
+        assert (folder_digest(a), folder_digest(b)) == folders
+    assert rebind(spark, t) == {
+        "version": 3,
+        "previous": None,
+        "moved_from": f"file:{b}",
+        "rebound": True,
+        "changes_tables": [],
+    }
+    merge(spark, t, src, UPSERT)
+    assert rows(spark, t) == [(1, "A"), (2, "B"), (3, "C")]
+    assert sorted(tuple(r) for r in as_of(spark, t, version=3).collect()) == [(1, "A"), (2, "b")]
+    assert folder_digest(b) == folders[1]

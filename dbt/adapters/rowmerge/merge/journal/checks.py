@@ -82,9 +82,12 @@ class Checks(Snapshots):
 
         The newest entry that places the files (``newest``, the entry of ``versions[-1]``,
         already read, if it does; else an older one) names none below the table's folder. A
-        folder moved or copied after it left every entry naming the old folder, so the entry
-        that placed the files before it must name none here either: one that does means this
-        entry was edited to name another folder's file, and :meth:`problems` says so.
+        folder moved or copied after it left every entry naming the old folder, so when the
+        entry that placed the files before it names some here, the newer one is an edited
+        entry — if it is a write not yet applied, which recovery judges (:meth:`problems`
+        names the path). Any other entry naming another folder after one naming this folder
+        is a move: a REBIND recorded a move away and the folder came back (copied back, or
+        ``SET LOCATION`` to the old place), or an applied entry that no recovery reads again.
         """
         placed = newest if _places(newest) else self.newest_with_files(versions[:-1], target.name)
         if placed is None:
@@ -92,9 +95,11 @@ class Checks(Snapshots):
         folder = self.moved_from(placed, target)
         if folder is None:
             return None
-        before = self.newest_with_files([v for v in versions if v < placed.version], target.name)
-        if before is not None and self.moved_from(before, target) is None and _names_files(before):
-            return None
+        if placed.is_write:
+            before = self.newest_with_files([v for v in versions if v < placed.version], target.name)
+            if before is not None and _names_files(before) and self.moved_from(before, target) is None:
+                if placed.version not in self.listing()[1]:
+                    return None
         return placed, folder
 
     def newest_with_files(self, versions: Sequence[int], table: str) -> Entry | None:
