@@ -95,12 +95,17 @@ class Checks(Snapshots):
         folder = self.moved_from(placed, target)
         if folder is None:
             return None
-        if placed.is_write:
-            before = self.newest_with_files([v for v in versions if v < placed.version], target.name)
-            if before is not None and _names_files(before) and self.moved_from(before, target) is None:
-                if placed.version not in self.listing()[1]:
-                    return None
-        return placed, folder
+        return None if self._edited(placed, versions, target) else (placed, folder)
+
+    def _edited(self, placed: Entry, versions: Sequence[int], target: TargetTable) -> bool:
+        """Whether ``placed`` (naming no file below the table's folder) is left to recovery as
+        an edited entry: an unapplied write after an entry naming this folder's files. Reads
+        that entry and lists the log only on this rare path."""
+        if not placed.is_write:
+            return False
+        before = self.newest_with_files([v for v in versions if v < placed.version], target.name)
+        here = before is not None and _names_files(before) and self.moved_from(before, target) is None
+        return here and placed.version not in self.listing()[1]
 
     def newest_with_files(self, versions: Sequence[int], table: str) -> Entry | None:
         """The newest entry of ``versions`` that says where the table's files are (names data
@@ -395,4 +400,4 @@ def _names_files(entry: Entry) -> bool:
 def _places(entry: Entry) -> bool:
     """Whether ``entry`` says where the table's files are: it names some, or it is a REBIND
     (which lists every file of the table, none for an empty one)."""
-    return entry.operation == "REBIND" or bool(entry.added or entry.removed)
+    return entry.operation == "REBIND" or _names_files(entry)
