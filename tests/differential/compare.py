@@ -97,6 +97,10 @@ MERGED: list[str] = []
 # down the broadcast path (SINGLE_TASK_ROWS 0), chosen by a hash of the tag like compaction.
 ONE_PASS_SINGLE_TASK: list[str] = []
 ONE_PASS_BROADCAST: list[str] = []
+# Cases whose one-pass write was thrown away: then the files it saw a clause act on were
+# rewritten without a scan (LOST), or a target row met two source rows and the scan decided.
+ONE_PASS_LOST: list[str] = []
+ONE_PASS_SCANNED: list[str] = []
 
 
 # Half the cases (by a hash of the tag) read their source from a Parquet file, as a dbt
@@ -157,6 +161,8 @@ def run_engine(spark: SparkSession, case: Case, db: str, tag: str) -> Outcome:
             DIRECT_FALLBACK.append(tag)
         if result.metrics.get("onePass"):
             (ONE_PASS_SINGLE_TASK if result.metrics["onePassSingleTask"] else ONE_PASS_BROADCAST).append(tag)
+        if result.metrics.get("onePassFallback"):
+            (ONE_PASS_SCANNED if result.metrics["scanTimeMs"] else ONE_PASS_LOST).append(tag)
     except CardinalityViolation as exc:
         error, detail = "cardinality", str(exc)
     except MergeSpecError as exc:

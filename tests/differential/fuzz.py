@@ -35,6 +35,8 @@ from tests.differential.compare import (
     DIRECT_FALLBACK,
     MERGED,
     ONE_PASS_BROADCAST,
+    ONE_PASS_LOST,
+    ONE_PASS_SCANNED,
     ONE_PASS_SINGLE_TASK,
     check,
     reproduction,
@@ -181,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         f"fuzz seed={args.seed} start={args.start} n={args.n}: {len(mismatched)} mismatched "
         f"{mismatched[:20]}; outcomes {outcome}; compacted after {len(COMPACTED)} of "
         f"{len(MERGED)} merges; one pass in a single task {len(ONE_PASS_SINGLE_TASK)}, with the source "
-        f"broadcast {len(ONE_PASS_BROADCAST)}; written directly {len(DIRECT)} (bet lost "
+        f"broadcast {len(ONE_PASS_BROADCAST)}, thrown away {len(ONE_PASS_LOST) + len(ONE_PASS_SCANNED)} "
+        f"(then scanned {len(ONE_PASS_SCANNED)}); written directly {len(DIRECT)} (bet lost "
         f"{len(DIRECT_FALLBACK)}); {elapsed:.0f}s"
     )
     return 1 if mismatched or counts["oracle_error"] else 0

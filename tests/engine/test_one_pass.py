@@ -113,6 +113,60 @@ def test_one_pass_falls_back_when_a_candidate_holds_no_match(spark, db) -> None:
     assert kept_files(before, file_snapshot(spark, t)) == files_of(spark, t, "id > 4 AND id <> 6")
 
 
+# -- a lost bet: what the thrown-away write saw tells the touched files; no scan --------------
+
+
+@pytest.mark.parametrize("limit", [SINGLE_TASK_ROWS.get(), 0], ids=["single_task", "broadcast"])
+@pytest.mark.parametrize("with_feed", [False, True], ids=["no_feed", "feed"])
+def test_a_lost_bet_rewrites_the_files_a_clause_acted_on_without_a_scan(spark, db, limit, with_feed) -> None:
+    """Three candidates: one gets a real update, one only an update that changes nothing, one a
+    new key inside its range. The one-pass write is thrown away, but it saw every target row
+    meet at most one source row, so no cardinality rule can fail, and the files it saw a clause
+    act on are the ones a scan would find: the first file alone is rewritten, the inserts
+    (inside a range and beyond every range) are written beside it, and no scan runs."""
+    t = f"{db}.t"
+    data = [[(1, "a"), (2, "b")], [(3, "c"), (4, "d")], [(5, "e"), (7, "g")], [(8, "h"), (9, "i")]]
+    create_table(spark, t, "id long, v string", data)
+    before = file_snapshot(spark, t)
+    untouched = files_of(spark, t, "id > 2")
+    extra = {"change_data_feed": {"table": f"{t}__changes"}} if with_feed else {}
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (3, "c"), (6, "x"), (20, "t")])
+    with single_task_rows(limit):
+        m = merge(spark, t, src, UPSERT, auto_compact=False, **extra).metrics
+    assert (m["onePass"], m["onePassFallback"], m["scanTimeMs"]) == (0, 1, 0)
+    expected = [(1, "A"), (2, "b"), (3, "c"), (4, "d"), (5, "e"), (6, "x"), (7, "g"), (8, "h"), (9, "i")]
+    assert rows(spark, t) == [*expected, (20, "t")]
+    assert kept_files(before, file_snapshot(spark, t)) == untouched
+    assert (m["numTargetFilesAfterSkipping"], m["numTargetFilesRemoved"]) == (3, 1)
+    assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"], m["numTargetRowsCopied"]) == (1, 2, 1)
+    if with_feed:
+        spark.catalog.refreshTable(f"{t}__changes")
+        assert feed_rows(spark, f"{t}__changes") == [
+            (1, "A", "update_postimage"),
+            (1, "a", "update_preimage"),
+            (6, "x", "insert"),
+            (20, "t", "insert"),
+        ]
+
+
+@pytest.mark.parametrize("limit", [SINGLE_TASK_ROWS.get(), 0], ids=["single_task", "broadcast"])
+def test_a_merge_that_changes_nothing_ends_after_its_one_pass_write(spark, db, limit) -> None:
+    """A look-back re-merge of rows the table holds already (every update changes nothing, no
+    new key): the one-pass write saw no file acted on and wrote no insert, so the merge commits
+    nothing, with no scan and no second write after it."""
+    t = four_files(spark, db)
+    state = table_state(spark, t)
+    src = source_view(spark, f"{db}_src", "id long, v string", [(1, "a"), (2, "b"), (4, "d")])
+    with single_task_rows(limit):
+        result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, UPSERT, auto_compact=False))
+    m = result.metrics
+    # the source's job and the write's (with the source broadcast, its broadcast too)
+    assert (m["onePassFallback"], m["scanTimeMs"], jobs) == (1, 0, 2 if limit else 3)
+    counts = ("numTargetRowsUpdated", "numTargetRowsInserted", "numTargetFilesAdded", "numTargetFilesRemoved")
+    assert [m[k] for k in counts] == [0, 0, 0, 0]
+    assert table_state(spark, t) == state
+
+
 def test_one_pass_duplicate_source_keys_raise_the_cardinality_error(spark, db) -> None:
     t = four_files(spark, db)
     state = table_state(spark, t)

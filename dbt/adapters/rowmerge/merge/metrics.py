@@ -32,7 +32,9 @@ COUNTER_NAMES = (
     "numTargetBytesRemoved",
     "numTargetChangeFilesAdded",
     # Which path rewrote the files: 1 if the candidate files were rewritten in one pass
-    # (no scan), and 1 in onePassFallback if that was tried and the scan had to decide.
+    # (no scan), and 1 in onePassFallback if that was tried and thrown away: then the files
+    # it saw a clause act on were rewritten (scanTimeMs 0), or, if a target row met two
+    # source rows, the scan decided.
     "onePass",
     "onePassFallback",
     # 1 if the one-pass write joined the candidates and the source in a single task

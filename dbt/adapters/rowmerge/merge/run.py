@@ -309,8 +309,9 @@ def _whole_table_rows(before: Entry | None) -> int:
     it touches every file (``plan_skipping``'s ``whole_table_rows``): the single-task join's
     limit, or 0 (no bet) when the merge before it left a file of the table unrewritten (a model
     that upserts keys none of which exists, say), so that such a model loses the bet once, not
-    every run. A lost bet costs the one-pass job; the merge then scans, as without it. (A merge
-    that changed nothing commits no version, so it leaves no evidence either way.)"""
+    every run. A lost bet costs the one-pass job; the merge then rewrites the files that job saw a
+    clause act on (see :func:`_write_one_pass`). (A merge that changed nothing commits no
+    version, so it leaves no evidence either way.)"""
     if before is not None and before.operation == "MERGE":
         m = before.metrics or {}
         files = int(m.get("numTargetFilesBeforeSkipping") or 0)
@@ -539,6 +540,7 @@ def _merge(
         and one_pass_applies(plan, source, commit.skipping, files)
     )
     scan: ScanResult | None = None
+    lost: ScanResult | None = None
     staging = journal.stage()
     stage = _Staged(staging)
     try:
@@ -569,7 +571,7 @@ def _merge(
                 inserts_by_statistics=inserts_by_statistics(plan, source, single),
             )
             with timed(metrics, "rewriteTimeMs"):
-                written = _write_one_pass(
+                written, lost = _write_one_pass(
                     spark,
                     plan,
                     source,
@@ -585,14 +587,24 @@ def _merge(
                 )
             metrics["onePass" if written is not None else "onePassFallback"] = 1
             metrics["onePassSingleTask"] = int(written is not None and observed.single_task)
-            if written is None:
+            if lost is not None:
+                # What the thrown-away write observed is what a scan would find: rewrite
+                # just the files a clause acted on (none: maybe nothing to change).
+                scan = lost
+                logger.info(
+                    "rowmerge: %s: %d of %d candidate files touched; rewriting those",
+                    target.name,
+                    len(lost.touched),
+                    len(files),
+                )
+            elif written is None:
                 logger.info("rowmerge: %s: not every candidate file was touched; scanning", target.name)
         if written is not None:
             scan, staged, removed_rows = written
         else:
             # No candidate file: no target row can match (statistics rule every file out),
             # so the merge is insert-only and needs no scan.
-            if (plan.matched or plan.not_matched_by_source) and files != []:
+            if scan is None and (plan.matched or plan.not_matched_by_source) and files != []:
                 logger.info(
                     "rowmerge: %s: %d source rows; scanning %d of %d files",
                     target.name,
@@ -626,6 +638,11 @@ def _merge(
                     feed_dir=feed_dir,
                     groups=groups,
                 )
+            if lost is not None:
+                # The bound the write was sized by, made exact: rows written less the rows
+                # kept of the files it replaced.
+                kept = sum(removed_rows.values()) - lost.matched_deleted
+                lost.inserted = sum(f.rows for f in staged) - kept
         feed = _stamp_feed(spark, plan, journal, commit, staging, metrics)
         removed: list[FileStats] = scan.touched if scan else []
         return _commit_staged(
@@ -787,22 +804,43 @@ def _write_one_pass(
     metrics: MergeMetrics,
     feed_dir: str | None = None,
     groups: list[list[str]] | None = None,
-) -> tuple[ScanResult, list[StagedFile], dict[str, int]] | None:
+) -> tuple[tuple[ScanResult, list[StagedFile], dict[str, int]] | None, ScanResult | None]:
     """Rewrite every candidate file (``candidates.touched``) and write the inserts in one job,
     observing what the clauses did (``observed``, which also says how many rows the candidates
-    hold and how to join them; see :func:`.scan.one_pass_applies`); None, with nothing left
-    staged, unless every candidate was acted on and every target row met at most one source
-    row: then the scan must decide. Inserts taken from statistics that left some out are
-    completed by a second write (:func:`.rewrite.write_missed_inserts`)."""
+    hold and how to join them; see :func:`.scan.one_pass_applies`).
+
+    Returns (what was written, None) if every candidate was acted on and every target row met
+    at most one source row. Otherwise nothing is left staged, and: if every target row met at
+    most one source row, (None, what a scan would have found) — the files a clause acted on,
+    the rows it updated and deleted, and at most how many rows the inserts are, made exact
+    by the caller once it wrote them — for no cardinality rule can fail; if some row met two,
+    (None, None): the scan must decide, and tell the error. Inserts taken from statistics
+    that left some out are completed by a second write
+    (:func:`.rewrite.write_missed_inserts`)."""
     staged, removed_rows = write_changes(
         spark, plan, source, pruned, candidates, staging.data_dir, storage, observed, feed_dir, groups
     )
     joined, updated, deleted, acted = observed.result()
-    if acted != {f.path for f in candidates.touched} or joined != observed.candidate_rows:
+    paths = {f.path for f in candidates.touched}
+    if acted != paths or joined != observed.candidate_rows:
         storage.delete(staging.data_dir, recursive=True)
         if feed_dir is not None:
             storage.delete(feed_dir, recursive=True)
-        return None
+        if joined != observed.candidate_rows or not acted <= paths:
+            return None, None
+        # The write's rows are the candidates' rows it kept and the inserts it found; with
+        # inserts taken from statistics, the source rows inside the ranges that matched
+        # nothing may be inserts too.
+        inserts = sum(f.rows for f in staged) - (joined - deleted)
+        if observed.inserts_by_statistics:
+            inserts += (source.may_match_rows or 0) - observed.matched_sources()
+        return None, ScanResult(
+            touched=[f for f in candidates.touched if f.path in acted],
+            files_scanned=candidates.files_scanned,
+            matched_updated=updated,
+            matched_deleted=deleted,
+            inserted=max(0, inserts) if plan.not_matched else 0,
+        )
     if observed.inserts_by_statistics:
         missed = (source.may_match_rows or 0) - observed.matched_sources()
         metrics["onePassInsertsByStatistics"] = 1
@@ -815,7 +853,7 @@ def _write_one_pass(
             )
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)
-    return candidates, staged, removed_rows
+    return (candidates, staged, removed_rows), None
 
 
 def _table_rows(spark: SparkSession, plan: MergePlan) -> int:

@@ -157,7 +157,9 @@ def one_pass_applies(
     the one-pass write (:func:`.rewrite.write_changes` with a :class:`.rewrite.OnePass`)
     rewrites every candidate, observes which files a clause acted on and how many joined rows
     hold a target row, and is kept only if every candidate was acted on and no target row met two
-    source rows (otherwise the merge falls back to the scan, with the same result). It needs
+    source rows. Otherwise it is thrown away; if no row met two, the files it saw a clause act
+    on are the ones a scan would find, and only they are rewritten; if one did, the scan
+    decides (and tells the cardinality error). The result is the same either way. It needs
     a matched clause (insert-only merges scan nothing anyway), no NOT MATCHED BY SOURCE clause
     (it needs every file, most of them untouched), no ``max_delete_fraction`` (checked before
     anything is written), the row count of every candidate, and no more candidates than
