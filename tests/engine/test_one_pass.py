@@ -167,6 +167,28 @@ def test_a_merge_that_changes_nothing_ends_after_its_one_pass_write(spark, db, l
     assert table_state(spark, t) == state
 
 
+def test_after_a_merge_that_left_a_candidate_untouched_the_next_scans_first(spark, db) -> None:
+    """A model whose merges keep leaving candidates alone would write every candidate each run
+    only to throw the write away: after a merge that left one of its candidates untouched, the
+    next merge scans first; after one that touched every candidate, the merge bets again."""
+    t = four_files(spark, db)
+
+    def upsert(values: list[tuple[int, str]]) -> dict:
+        src = source_view(spark, f"{db}_src", "id long, v string", values)
+        return merge(spark, t, src, UPSERT, auto_compact=False).metrics
+
+    def path(m: dict) -> tuple[int, int, bool]:
+        return (m.get("onePass", 0), m.get("onePassFallback", 0), m["scanTimeMs"] > 0)
+
+    m = upsert([(1, "A"), (3, "c")])  # the second candidate's update changes nothing: lost
+    assert (path(m), m["numTargetFilesAfterSkipping"], m["numTargetFilesRemoved"]) == ((0, 1, False), 2, 1)
+    m = upsert([(2, "B"), (4, "D")])  # no bet after it: the scan finds both candidates touched
+    assert (path(m), m["numTargetFilesAfterSkipping"], m["numTargetFilesRemoved"]) == ((0, 0, True), 2, 2)
+    m = upsert([(5, "E"), (7, "G")])  # every candidate touched before: bets, and wins
+    assert (path(m), m["numTargetFilesRemoved"]) == ((1, 0, False), 2)
+    assert rows(spark, t) == [(1, "A"), (2, "B"), (3, "c"), (4, "D"), (5, "E"), (6, "f"), (7, "G"), (8, "h")]
+
+
 def test_one_pass_duplicate_source_keys_raise_the_cardinality_error(spark, db) -> None:
     t = four_files(spark, db)
     state = table_state(spark, t)

@@ -183,6 +183,9 @@ class Commit:
     # statistics count the rows inside (numSourceRowsOutsideRanges: the evidence the next merge
     # bets on), also where no key's ranges rule a file out (a table of one file)
     bounds: str | None = None
+    # Whether the merge may bet that every candidate file is touched (the one-pass write):
+    # see _bets_on_candidates.
+    bets: bool = True
 
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
@@ -299,7 +302,17 @@ def _prepare(
     direct = None if dry else direct_insert(spark, plan, bounds, before, raw_source)
     version = journal.next_version(versions, target.name)
     commit = Commit(
-        version, snapshot, changes, initial, commit_time, skipping, cluster_by, retention, direct, bounds
+        version,
+        snapshot,
+        changes,
+        initial,
+        commit_time,
+        skipping,
+        cluster_by,
+        retention,
+        direct,
+        bounds,
+        _bets_on_candidates(before),
     )
     return plan, raw_source, commit
 
@@ -318,6 +331,21 @@ def _whole_table_rows(before: Entry | None) -> int:
         if int(m.get("numTargetFilesRemoved") or 0) < files:
             return 0
     return SINGLE_TASK_ROWS.get()
+
+
+def _bets_on_candidates(before: Entry | None) -> bool:
+    """Whether the merge may bet that it touches every candidate file (the one-pass write, see
+    :func:`.scan.one_pass_applies`): not when the merge before it left a candidate of its own
+    untouched. A model whose merges keep leaving candidates alone (a look-back re-merge of
+    mostly unchanged rows, new keys that fall inside files' ranges) would otherwise write every
+    candidate each run only to throw the write away; it scans first instead, and bets again
+    after a merge that touched every candidate. (A merge that changed nothing commits no
+    version: no evidence either way.)"""
+    if before is not None and before.operation == "MERGE":
+        m = before.metrics or {}
+        if int(m.get("numTargetFilesRemoved") or 0) < int(m.get("numTargetFilesAfterSkipping") or 0):
+            return False
+    return True
 
 
 def _merge_before(journal: Journal, versions: Sequence[int], newest: Entry | None) -> Entry | None:
@@ -537,6 +565,7 @@ def _merge(
     one_pass = (
         files is not None
         and commit.skipping is not None
+        and commit.bets
         and one_pass_applies(plan, source, commit.skipping, files)
     )
     scan: ScanResult | None = None
