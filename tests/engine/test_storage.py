@@ -216,3 +216,122 @@ def test_local_listing_and_status_agree_with_hadoops(spark: SparkSession, tmp_pa
     assert st.list_data_files(absent) == [] == st._hadoop_data_files(absent)
     one = form.format(root / "part-0.parquet")
     assert st.list_data_files(one) == st._hadoop_data_files(one) == [st.status(one)]
+
+
+# -- paths and renames of local files without the JVM --------------------------------------------
+
+# Names a partition value or a user's folder may hold: escapes, URI delimiters, non-ASCII that
+# java.net.URI keeps, and non-ASCII it escapes (a no-break space, a C1 control, a line separator).
+PATH_NAMES = [
+    "plain",
+    "a b",
+    "50%",
+    "x#y",
+    "q?r",
+    "é:ü",
+    "[1]",
+    "a+b&c=d",
+    "it's",
+    "tab\tx",
+    "日本",
+    "a\xa0b",
+    "c\x85d",
+    "e\u2028f",
+    "%2F",
+    "~!*()",
+    "a;b,c$@",
+]
+
+
+@pytest.mark.parametrize("name", PATH_NAMES)
+def test_spark_paths_of_local_files_agree_with_hadoops(spark: SparkSession, name: str) -> None:
+    """A local path's URL-encoded form (what ``_metadata.file_path`` reports) and back, worked
+    out here, is exactly what Hadoop's Path and Spark's SparkPath make of it; where the answer
+    is not certain here (a character Java escapes that Python would keep) the JVM is asked."""
+    st = HadoopStorage(spark)
+    qualified = f"file:/tmp/w/t/p={name}/part-0.parquet"
+    assert st.qualify(qualified) == qualified
+    url = st._jvm_to_spark_path(qualified)
+    assert st.to_spark_path(qualified) == url
+    assert st.from_spark_path(url) == st._jvm_from_spark_path(url) == qualified
+    expect_local = all(ord(ch) < 128 or storage_module.uri_keeps(ch) for ch in name)
+    assert (storage_module.local_to_spark_path(qualified) is not None) == expect_local
+    assert storage_module.local_from_spark_path(url) == qualified
+
+
+@pytest.mark.parametrize("url", ["file:///tmp/w/t/f", "file:/tmp/w//t/f", "file:/tmp/w/./f", "hdfs://nn/t/f"])
+def test_spark_paths_not_plainly_local_are_left_to_the_jvm(spark: SparkSession, url: str) -> None:
+    assert storage_module.local_from_spark_path(url) is None
+    assert storage_module.local_to_spark_path(url) is None
+
+
+def _hadoop_write(st: HadoopStorage, path: str, text: str) -> None:
+    """A file written through Hadoop's local filesystem, which writes its checksum beside it."""
+    jp = st._path(path)
+    out = st._fs(jp).create(jp, True)
+    try:
+        out.write(bytearray(text.encode()))
+    finally:
+        out.close()
+
+
+def _hadoop_read(st: HadoopStorage, path: str) -> str:
+    """``path`` read through Hadoop's local filesystem, which verifies the checksum file."""
+    jp = st._path(path)
+    stream = st._fs(jp).open(jp)
+    try:
+        return str(st._io_utils().toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
+def test_local_rename_moves_the_checksum_and_replays(spark: SparkSession, tmp_path: Path) -> None:
+    """A staged file moved into place without the JVM, as Hadoop's local filesystem moves it:
+    its checksum goes along (Hadoop still verifies the file), a stale checksum at the target
+    goes away, a replay of the same move says False, and a different file in the way or a
+    missing source is refused."""
+    st = HadoopStorage(spark)
+    src, dst = f"file:{tmp_path}/staging/a b.parquet", f"file:{tmp_path}/t/p=1/a b.parquet"
+    _hadoop_write(st, src, "hello")
+    (tmp_path / "t" / "p=1").mkdir(parents=True)
+    (tmp_path / "t" / "p=1" / ".a b.parquet.crc").write_bytes(b"stale")  # from a file once there
+    assert (tmp_path / "staging" / ".a b.parquet.crc").exists()
+    assert st.rename(src, dst) is True
+    assert sorted(os.listdir(tmp_path / "staging")) == []
+    assert sorted(os.listdir(tmp_path / "t" / "p=1")) == [".a b.parquet.crc", "a b.parquet"]
+    assert _hadoop_read(st, dst) == "hello"  # the checksum moved with it
+    assert st.rename(src, dst) is False  # a replay
+    with pytest.raises(FileNotFoundError):
+        st.rename(f"file:{tmp_path}/none", f"file:{tmp_path}/none2")
+    _hadoop_write(st, src, "other text")
+    with pytest.raises(FileExistsError, match="exists with different content"):
+        st.rename(src, dst)
+    _hadoop_write(st, src, "hellO")  # a copy that died after the copy: finished by deleting
+    assert st.rename(src, dst) is False
+    assert not os.path.exists(tmp_path / "staging" / "a b.parquet")
+    assert not os.path.exists(tmp_path / "staging" / ".a b.parquet.crc")
+    # a file without a checksum at a target holding a stale one: the stale one goes
+    (tmp_path / "plain").write_text("x")
+    (tmp_path / "t" / "p=1" / ".x.crc").write_bytes(b"stale")
+    assert st.rename(f"file:{tmp_path}/plain", f"file:{tmp_path}/t/p=1/x") is True
+    assert sorted(os.listdir(tmp_path / "t" / "p=1")) == [".a b.parquet.crc", "a b.parquet", "x"]
+    assert _hadoop_read(st, f"file:{tmp_path}/t/p=1/x") == "x"
+
+
+def test_a_merge_moves_its_local_files_without_py4j_calls_per_file(spark: SparkSession, db: str) -> None:
+    """The py4j calls of a merge barely grow with the files it replaces: renames and path
+    conversions of local files run here."""
+    from tests.engine.helpers import UPSERT, create_table, merge, rows, source_view
+
+    counts = []
+    for n in (2, 12):
+        t = f"{db}.t{n}"
+        create_table(spark, t, "id long, v string", [[(2 * i, "a"), (2 * i + 1, "b")] for i in range(n)])
+        src = source_view(spark, f"{db}_s{n}", "id long, v string", [(2 * i, "A") for i in range(n)])
+        m = merge(spark, t, src, UPSERT, auto_compact=False).metrics
+        assert (m["numTargetFilesRemoved"], m["numTargetRowsUpdated"]) == (n, n)
+        assert rows(spark, t)[:2] == [(0, "A"), (1, "b")]
+        counts.append(m["numPy4jCalls"])
+    # 10 files more cost 206 calls when each was renamed (about ten) and its path converted
+    # (three, three times) through the JVM; what is left is a literal per file in the read.
+    assert counts[1] - counts[0] <= 2 * 10, counts

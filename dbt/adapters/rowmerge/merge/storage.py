@@ -21,12 +21,14 @@ import os
 import stat
 import struct
 import sys
+import unicodedata
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, unquote
 
 from pyspark.sql import SparkSession
 
@@ -332,6 +334,88 @@ def _plainly_qualified_local(path: str) -> bool:
     return all(seg not in ("", ".", "..") for seg in path[len("file:/") :].split("/"))
 
 
+# What java.net.URI leaves unquoted in a path (Hadoop's Path.toUri): unreserved, punctuation,
+# ":@/"; every other ASCII character (space, %, #, ?, [, ], ...) is %-escaped, and so is a
+# non-ASCII character that Java takes for a space or a control character; other non-ASCII is
+# kept.
+URI_PATH_SAFE = "/-_.!~*'(),;:$&+=@"
+
+
+def uri_quoted(path: str) -> str:
+    """``path`` %-escaped as ``java.net.URI`` quotes a path (non-ASCII kept: see
+    :func:`uri_keeps`)."""
+    return "".join(ch if ord(ch) > 127 else quote(ch, safe=URI_PATH_SAFE) for ch in path)  # noqa: PLR2004
+
+
+def uri_keeps(ch: str) -> bool:
+    """Whether ``java.net.URI`` keeps the non-ASCII ``ch`` as it is in a path: not a control
+    character (``Character.isISOControl``) nor a space (``Character.isSpaceChar``)."""
+    return not 0x80 <= ord(ch) <= 0x9F and unicodedata.category(ch) not in ("Zs", "Zl", "Zp")  # noqa: PLR2004
+
+
+def local_from_spark_path(url: str) -> str | None:
+    """``from_spark_path`` of a ``file:/`` URL as Hadoop's ``Path`` decodes it, without the
+    JVM (three py4j calls a path, three paths a touched file per merge); None where the answer
+    would not be plainly qualified (the JVM decides)."""
+    if not url.startswith("file:/") or url.startswith("file://"):
+        return None
+    path = "file:" + unquote(url[len("file:") :])
+    return path if _plainly_qualified_local(path) else None
+
+
+def local_to_spark_path(path: str) -> str | None:
+    """``to_spark_path`` of a plainly qualified ``file:/`` path as Hadoop's ``Path.toUri``
+    encodes it, without the JVM; None for any other path, or one with a non-ASCII character
+    ``java.net.URI`` would escape (the JVM decides)."""
+    if not _plainly_qualified_local(path) or not all(ord(ch) < 128 or uri_keeps(ch) for ch in path):  # noqa: PLR2004
+        return None
+    return "file:" + uri_quoted(path[len("file:") :])
+
+
+def local_rename(src: str, dst: str, local_src: str, local_dst: str) -> bool | None:
+    """``rename`` of a local file without the JVM (about ten py4j calls a file, two files a
+    touched file per merge), as Hadoop's local filesystem moves it: its checksum file
+    (``.<name>.crc``) goes along, a stale one at ``dst`` is removed. None if the OS cannot move
+    it in one step (another device): Hadoop then copies."""
+    if not os.path.exists(local_src):
+        if os.path.exists(local_dst):
+            return False  # already moved: an idempotent replay
+        raise FileNotFoundError(src)
+    if os.path.exists(local_dst):
+        if os.path.getsize(local_dst) == os.path.getsize(local_src):
+            _remove_with_checksum(local_src)  # a copy that died after the copy: finish it
+            return False
+        raise FileExistsError(f"cannot move {src}: {dst} exists with different content")
+    os.makedirs(os.path.dirname(local_dst), exist_ok=True)
+    try:
+        os.rename(local_src, local_dst)
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            return None
+        if not os.path.exists(local_src) and os.path.exists(local_dst):
+            return False  # another process finished the same replay first
+        raise OSError(f"could not move {src} to {dst}") from exc
+    checksum, stale = _checksum_of(local_src), _checksum_of(local_dst)
+    if os.path.exists(checksum):
+        os.replace(checksum, stale)
+    elif os.path.exists(stale):
+        os.remove(stale)
+    return True
+
+
+def _checksum_of(local: str) -> str:
+    """Hadoop's local checksum file of ``local``."""
+    folder, name = os.path.split(local)
+    return os.path.join(folder, f".{name}.crc")
+
+
+def _remove_with_checksum(local: str) -> None:
+    os.remove(local)
+    checksum = _checksum_of(local)
+    if os.path.exists(checksum):
+        os.remove(checksum)
+
+
 def _fs_root(qualified: str) -> str:
     scheme, sep, rest = qualified.partition(":")
     if not sep:
@@ -463,10 +547,18 @@ class HadoopStorage(Storage):
         return str(self._fs(jp).makeQualified(jp).toString())
 
     def from_spark_path(self, url: str) -> str:
+        local = local_from_spark_path(url)
+        return local if local is not None else self._jvm_from_spark_path(url)
+
+    def to_spark_path(self, path: str) -> str:
+        local = local_to_spark_path(path)
+        return local if local is not None else self._jvm_to_spark_path(path)
+
+    def _jvm_from_spark_path(self, url: str) -> str:
         sp = self._spark_path.fromUrlString(url)
         return self.qualify(str(sp.toPath().toString()))
 
-    def to_spark_path(self, path: str) -> str:
+    def _jvm_to_spark_path(self, path: str) -> str:
         return str(self._spark_path.fromPath(self._path(path)).urlEncoded())
 
     def status(self, path: str) -> FileInfo | None:
@@ -536,6 +628,11 @@ class HadoopStorage(Storage):
             raise
 
     def rename(self, src: str, dst: str) -> bool:
+        local_src, local_dst = self.local_file(src), self.local_file(dst)
+        if local_src is not None and local_dst is not None and not os.path.isdir(local_src):
+            moved = local_rename(src, dst, local_src, local_dst)
+            if moved is not None:
+                return moved
         js, jd = self._path(src), self._path(dst)
         fs = self._fs(js)
         if not fs.exists(js):

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Mapping
 from threading import Lock
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from pyarrow import fs as pafs
 
@@ -42,12 +42,10 @@ from .storage import (
     listed_names,
     local_path,
     read_parquet_tail,
+    uri_quoted,
 )
 
 OPTION_PREFIX = "spark.rowmerge.storage."
-# What java.net.URI leaves unquoted in a path (Hadoop's Path.toUri): unreserved, punctuation,
-# ":@/"; every other ASCII character (space, %, #, ?, [, ], ...) is %-escaped, non-ASCII is kept.
-_URI_PATH_SAFE = "/-_.!~*'(),;:$&+=@"
 _SCHEMES = {
     "file": "local",
     "hdfs": "hdfs",
@@ -117,7 +115,7 @@ class ArrowStorage(Storage):
 
     def to_spark_path(self, path: str) -> str:
         scheme, authority, rest = _split(self.qualify(path))
-        encoded = "".join(ch if ord(ch) > 127 else quote(ch, safe=_URI_PATH_SAFE) for ch in rest)
+        encoded = uri_quoted(rest)
         if scheme == "file":
             return "file:" + encoded
         return f"{scheme}://{authority}{encoded}"
