@@ -263,7 +263,7 @@ def _in_key_order(
     key = F.struct(*[F.col(q(c)) for c in cluster])
     mapping = F.create_map(*[F.lit(x) for u, p in sorted(partition_of.items()) for x in (u, p)])
     in_partition = Window.partitionBy("partition").orderBy("low", "file")
-    read = target.files_only(target.read(spark), list(partition_of), F.col(FILE_PATH))
+    read = target.files_only(target.read(spark), list(partition_of), FILE_PATH)
     with partitions_pruned_by_spark(spark):
         found = (
             read.groupBy(F.col(FILE_PATH).alias("file"))
@@ -520,7 +520,7 @@ def _write(
         for f in g.files:
             group_of[journal.storage.to_spark_path(f.path)] = i
     path = F.col(FILE_PATH)
-    rows: DataFrame = target.files_only(target.read(spark), list(group_of), path)
+    rows: DataFrame = target.files_only(target.read(spark), list(group_of), FILE_PATH)
     mapping = F.create_map(*[x for u, i in sorted(group_of.items()) for x in (F.lit(u), F.lit(i))])
     rows = rows.withColumn(GROUP, F.element_at(mapping, path))
     order: list[Column] = [F.col(GROUP), *[F.col(q(k)) for k in keys]]

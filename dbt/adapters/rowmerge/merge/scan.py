@@ -55,7 +55,7 @@ def target_frame(spark: SparkSession, plan: MergePlan, files: Sequence[str] | No
     row = F.col("_metadata.row_index") if plan.target.supports_row_index else F.monotonically_increasing_id()
     table = plan.target.loaded(spark)
     if files is not None:
-        table = plan.target.files_only(table, files, F.col("_metadata.file_path"))
+        table = plan.target.files_only(table, files, "_metadata.file_path")
     return table.select(
         "*",
         F.col("_metadata.file_path").alias(FILE),
