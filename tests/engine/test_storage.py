@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from dbt.adapters.rowmerge.merge import storage as storage_module
 from dbt.adapters.rowmerge.merge.storage import HadoopStorage
+from dbt.adapters.rowmerge.merge.storage_arrow import ArrowStorage
 
 
 def _write(
@@ -221,7 +222,8 @@ def test_local_listing_and_status_agree_with_hadoops(spark: SparkSession, tmp_pa
 # -- paths and renames of local files without the JVM --------------------------------------------
 
 # Names a partition value or a user's folder may hold: escapes, URI delimiters, non-ASCII that
-# java.net.URI keeps, and non-ASCII it escapes (a no-break space, a C1 control, a line separator).
+# java.net.URI keeps, and non-ASCII it escapes (no-break, ideographic and figure spaces, a C1
+# control, a line separator).
 PATH_NAMES = [
     "plain",
     "a b",
@@ -237,6 +239,8 @@ PATH_NAMES = [
     "a\xa0b",
     "c\x85d",
     "e\u2028f",
+    "g\u3000h",
+    "i\u2007j",
     "%2F",
     "~!*()",
     "a;b,c$@",
@@ -246,17 +250,22 @@ PATH_NAMES = [
 @pytest.mark.parametrize("name", PATH_NAMES)
 def test_spark_paths_of_local_files_agree_with_hadoops(spark: SparkSession, name: str) -> None:
     """A local path's URL-encoded form (what ``_metadata.file_path`` reports) and back, worked
-    out here, is exactly what Hadoop's Path and Spark's SparkPath make of it; where the answer
-    is not certain here (a character Java escapes that Python would keep) the JVM is asked."""
+    out here, is exactly what Hadoop's Path and Spark's SparkPath make of it (non-ASCII kept,
+    but for what Java takes for a space or a control character); ArrowStorage, a Spark Connect
+    client's, encodes the same."""
     st = HadoopStorage(spark)
     qualified = f"file:/tmp/w/t/p={name}/part-0.parquet"
     assert st.qualify(qualified) == qualified
     url = st._jvm_to_spark_path(qualified)
-    assert st.to_spark_path(qualified) == url
-    assert st.from_spark_path(url) == st._jvm_from_spark_path(url) == qualified
-    expect_local = all(ord(ch) < 128 or storage_module.uri_keeps(ch) for ch in name)
-    assert (storage_module.local_to_spark_path(qualified) is not None) == expect_local
+    assert storage_module.local_to_spark_path(qualified) == st.to_spark_path(qualified) == url
+    assert ArrowStorage().to_spark_path(qualified) == url
     assert storage_module.local_from_spark_path(url) == qualified
+    assert (
+        st.from_spark_path(url)
+        == st._jvm_from_spark_path(url)
+        == ArrowStorage().from_spark_path(url)
+        == qualified
+    )
 
 
 @pytest.mark.parametrize("url", ["file:///tmp/w/t/f", "file:/tmp/w//t/f", "file:/tmp/w/./f", "hdfs://nn/t/f"])

@@ -647,6 +647,12 @@ def _merge(
                     # It opened every file (the journal's statistics rule none out); only the
                     # readers' row-group statistics skipped rows no clause can act on.
                     scan.files_scanned = len(commit.snapshot)
+                elif files is not None:
+                    # It opened every candidate, also one no source row turned out to match
+                    # (the scan itself counts files with a joined row): as the one-pass write
+                    # and the dry run count them, and what tells the next merge whether every
+                    # candidate was touched (_bets_on_candidates).
+                    scan.files_scanned = len(files)
                 if plan.spec.max_delete_fraction is not None:
                     deleted = scan.matched_deleted + scan.nmbs_deleted
                     check_deletes(plan, deleted, _table_rows(spark, plan))

@@ -342,9 +342,12 @@ URI_PATH_SAFE = "/-_.!~*'(),;:$&+=@"
 
 
 def uri_quoted(path: str) -> str:
-    """``path`` %-escaped as ``java.net.URI`` quotes a path (non-ASCII kept: see
-    :func:`uri_keeps`)."""
-    return "".join(ch if ord(ch) > 127 else quote(ch, safe=URI_PATH_SAFE) for ch in path)  # noqa: PLR2004
+    """``path`` %-escaped as ``java.net.URI`` quotes a path (UTF-8 bytes; the non-ASCII
+    characters :func:`uri_keeps` kept as they are)."""
+    return "".join(
+        ch if ord(ch) > 127 and uri_keeps(ch) else quote(ch, safe=URI_PATH_SAFE)  # noqa: PLR2004
+        for ch in path
+    )
 
 
 def uri_keeps(ch: str) -> bool:
@@ -365,9 +368,8 @@ def local_from_spark_path(url: str) -> str | None:
 
 def local_to_spark_path(path: str) -> str | None:
     """``to_spark_path`` of a plainly qualified ``file:/`` path as Hadoop's ``Path.toUri``
-    encodes it, without the JVM; None for any other path, or one with a non-ASCII character
-    ``java.net.URI`` would escape (the JVM decides)."""
-    if not _plainly_qualified_local(path) or not all(ord(ch) < 128 or uri_keeps(ch) for ch in path):  # noqa: PLR2004
+    encodes it, without the JVM; None for any other path (the JVM decides)."""
+    if not _plainly_qualified_local(path):
         return None
     return "file:" + uri_quoted(path[len("file:") :])
 
