@@ -37,6 +37,9 @@ COUNTER_NAMES = (
     # source rows, the scan decided.
     "onePass",
     "onePassFallback",
+    # Candidate files (those statistics left to read) of a merge with a matched clause that it
+    # did not rewrite: what tells the next merge whether to bet on the one-pass write.
+    "numCandidateFilesUntouched",
     # 1 if the one-pass write joined the candidates and the source in a single task
     # (rewrite.single_task_join) rather than with the source broadcast.
     "onePassSingleTask",

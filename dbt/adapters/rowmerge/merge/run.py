@@ -342,9 +342,7 @@ def _bets_on_candidates(before: Entry | None) -> bool:
     after a merge that touched every candidate. (A merge that changed nothing commits no
     version: no evidence either way.)"""
     if before is not None and before.operation == "MERGE":
-        m = before.metrics or {}
-        if int(m.get("numTargetFilesRemoved") or 0) < int(m.get("numTargetFilesAfterSkipping") or 0):
-            return False
+        return int((before.metrics or {}).get("numCandidateFilesUntouched") or 0) == 0
     return True
 
 
@@ -647,12 +645,6 @@ def _merge(
                     # It opened every file (the journal's statistics rule none out); only the
                     # readers' row-group statistics skipped rows no clause can act on.
                     scan.files_scanned = len(commit.snapshot)
-                elif files is not None:
-                    # It opened every candidate, also one no source row turned out to match
-                    # (the scan itself counts files with a joined row): as the one-pass write
-                    # and the dry run count them, and what tells the next merge whether every
-                    # candidate was touched (_bets_on_candidates).
-                    scan.files_scanned = len(files)
                 if plan.spec.max_delete_fraction is not None:
                     deleted = scan.matched_deleted + scan.nmbs_deleted
                     check_deletes(plan, deleted, _table_rows(spark, plan))
@@ -680,6 +672,8 @@ def _merge(
                 lost.inserted = sum(f.rows for f in staged) - kept
         feed = _stamp_feed(spark, plan, journal, commit, staging, metrics)
         removed: list[FileStats] = scan.touched if scan else []
+        if files is not None and plan.matched:
+            metrics["numCandidateFilesUntouched"] = len(files) - len(removed)
         return _commit_staged(
             spark,
             plan,
@@ -861,7 +855,9 @@ def _write_one_pass(
         storage.delete(staging.data_dir, recursive=True)
         if feed_dir is not None:
             storage.delete(feed_dir, recursive=True)
-        if joined != observed.candidate_rows or not acted <= paths:
+        if joined != observed.candidate_rows or not acted <= paths or plan.target_only_conjuncts:
+            # (A target-only condition in `on` may rule out whole partitions of candidates,
+            # which the scan then never opens: it alone counts the files it read.)
             return None, None
         # The write's rows are the candidates' rows it kept and the inserts it found; with
         # inserts taken from statistics, the source rows inside the ranges that matched
