@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import posixpath
 import stat
 import struct
 import sys
@@ -397,7 +398,7 @@ def local_rename(src: str, dst: str, local_src: str, local_dst: str) -> bool | N
         if not os.path.exists(local_src) and os.path.exists(local_dst):
             return False  # another process finished the same replay first
         raise OSError(f"could not move {src} to {dst}") from exc
-    checksum, stale = _checksum_of(local_src), _checksum_of(local_dst)
+    checksum, stale = checksum_of(local_src), checksum_of(local_dst)
     if os.path.exists(checksum):
         os.replace(checksum, stale)
     elif os.path.exists(stale):
@@ -405,15 +406,15 @@ def local_rename(src: str, dst: str, local_src: str, local_dst: str) -> bool | N
     return True
 
 
-def _checksum_of(local: str) -> str:
-    """Hadoop's local checksum file of ``local``."""
-    folder, name = os.path.split(local)
-    return os.path.join(folder, f".{name}.crc")
+def checksum_of(path: str) -> str:
+    """The checksum file Hadoop's local filesystem keeps beside the file ``path``
+    (``.<name>.crc``; a local path or a pyarrow one)."""
+    return posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.crc")
 
 
 def _remove_with_checksum(local: str) -> None:
     os.remove(local)
-    checksum = _checksum_of(local)
+    checksum = checksum_of(local)
     if os.path.exists(checksum):
         os.remove(checksum)
 

@@ -37,6 +37,7 @@ from pyarrow import fs as pafs
 from .storage import (
     FileInfo,
     Storage,
+    checksum_of,
     create_local_if_absent,
     is_hidden,
     listed_names,
@@ -265,7 +266,7 @@ class ArrowStorage(Storage):
         deletes it with the file; do the same, so a replaced file leaves nothing behind (a
         folder a refresh must find empty, reshape.py)."""
         try:
-            fs.delete_file(posixpath.join(posixpath.dirname(p), f".{posixpath.basename(p)}.crc"))
+            fs.delete_file(checksum_of(p))
         except (FileNotFoundError, OSError):
             pass
 
