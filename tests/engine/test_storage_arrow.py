@@ -114,6 +114,23 @@ def test_rename_is_idempotent_and_refuses_a_different_target(arrow: ArrowStorage
         arrow.rename(str(src), str(dst))
 
 
+def test_rename_of_a_local_file_moves_its_checksum(arrow: ArrowStorage, tmp_path: Path) -> None:
+    """A Connect client's merge moves Spark-written files as HadoopStorage does: the
+    ``.<name>.crc`` Hadoop wrote beside a staged file goes along (not left in staging, where it
+    would outlive its file), a stale one at the target goes away."""
+    (tmp_path / "stage").mkdir()
+    (tmp_path / "t").mkdir()
+    (tmp_path / "stage" / "f.parquet").write_text("abc")
+    (tmp_path / "stage" / ".f.parquet.crc").write_bytes(b"crc of f")
+    (tmp_path / "t" / ".g.parquet.crc").write_bytes(b"stale")
+    (tmp_path / "stage" / "g.parquet").write_text("g")
+    assert arrow.rename(f"file:{tmp_path}/stage/f.parquet", f"file:{tmp_path}/t/f.parquet") is True
+    assert arrow.rename(f"file:{tmp_path}/stage/g.parquet", f"file:{tmp_path}/t/g.parquet") is True
+    assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == []
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [".f.parquet.crc", "f.parquet", "g.parquet"]
+    assert (tmp_path / "t" / ".f.parquet.crc").read_bytes() == b"crc of f"
+
+
 def test_create_if_absent_has_exactly_one_winner(arrow: ArrowStorage, tmp_path: Path) -> None:
     path = f"file:{tmp_path}/log/00000000000000000001.json"
     winners: list[int] = []

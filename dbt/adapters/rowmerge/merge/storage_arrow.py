@@ -25,6 +25,7 @@ from each filesystem's usual environment (AWS_*, GOOGLE_APPLICATION_CREDENTIALS,
 
 from __future__ import annotations
 
+import os
 import posixpath
 import uuid
 from collections.abc import Mapping
@@ -42,6 +43,7 @@ from .storage import (
     is_hidden,
     listed_names,
     local_path,
+    local_rename,
     read_parquet_tail,
     uri_quoted,
 )
@@ -210,6 +212,12 @@ class ArrowStorage(Storage):
     def rename(self, src: str, dst: str) -> bool:
         fs, s, _ = self._resolve(src)
         _, d, _ = self._resolve(dst)
+        if isinstance(fs, pafs.LocalFileSystem) and not os.path.isdir(s):
+            # As HadoopStorage moves a local file: its .crc goes along, a stale one is removed
+            # (a staged file's checksum left in staging would be taken for an orphan).
+            moved = local_rename(src, dst, s, d)
+            if moved is not None:
+                return moved
         here, there = fs.get_file_info([s, d])
         if here.type == pafs.FileType.NotFound:
             if there.type != pafs.FileType.NotFound:
