@@ -90,3 +90,26 @@ def test_a_paired_replay_is_not_replaced_by_a_replay_now(tmp_path: Path) -> None
     (tmp_path / "insert_heavy" / "state.json").write_text(json.dumps(state))
     with pytest.raises(SystemExit, match="replayed beside its last tenth"):
         aging.replay_finished(None, aging.SHAPES["insert_heavy"], tmp_path)  # type: ignore[arg-type]
+
+
+def test_a_fresh_twin_is_reported_beside_the_targets_without_a_verdict() -> None:
+    """The last tenth against the same merges on a fresh copy of the table's rows isolates its
+    aging from its growth; it is shown, never judged, and the targets stay as they were."""
+    paired = {**REPLAY, "paired": True}
+    twin = {"mean_s": 1.7, "p95_s": 2.0, "same_rows": True}
+    got = verdicts(aging.checks(DECILES, END, {}, paired, True, twin))
+    assert got["last decile / same merges on a fresh copy of its rows beside it: mean (no verdict)"] == (
+        1.072,
+        None,
+    )
+    assert got["last decile / same merges on a fresh copy of its rows beside it: p95 (no verdict)"] == (
+        1.087,
+        None,
+    )
+    assert got["fresh twin: same rows as the aged table"] == ("yes", True)
+    assert got["last decile / first replayed beside it: mean"] == (0.969, True)
+    bad = verdicts(aging.checks(DECILES, END, {}, paired, True, {**twin, "same_rows": False}))
+    assert bad["fresh twin: same rows as the aged table"] == ("no", False)
+    assert verdicts(aging.checks(DECILES, END, {}, paired, True)).keys() == {
+        k for k in got if "fresh copy" not in k and "twin" not in k
+    }

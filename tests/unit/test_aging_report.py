@@ -85,3 +85,29 @@ def test_a_replay_beside_the_last_tenth_says_so() -> None:
     lines = aging._replay_lines({"deciles": {}, "replay": replay})
     assert "each merge in the same round as one of the last tenth's" in lines[0]
     assert "same rows as the first tenth: NO" in lines[0] and len(lines) == 2
+
+
+def test_the_fresh_twin_is_told_beside_the_aged_last_tenth() -> None:
+    deciles = {
+        "row_level_merge": [
+            {"mean_s": 5.0, "median_s": 5.0, "p95_s": 6.0},
+            {"mean_s": 7.4, "median_s": 7.2, "p95_s": 8.8},
+        ]
+    }
+    twin = {
+        "started": "a",
+        "ended": "b",
+        "mean_s": 7.0,
+        "median_s": 6.9,
+        "p95_s": 8.0,
+        "same_rows": True,
+        "round_ratio": {"median": 1.04, "low": 1.01, "high": 1.08},
+    }
+    (line, _) = aging._twin_lines({"deciles": deciles, "fresh_twin": twin})
+    assert "mean 7.0 s, median 6.9 s, p95 8.0 s, against 7.4 / 7.2 / 8.8 s on the aged table" in line
+    assert (
+        "(aged / fresh: mean 1.057, p95 1.1; per round median 1.04, 95 % bootstrap interval 1.01-1.08)"
+        in line
+    )
+    assert line.endswith("same rows at the end: yes.")
+    assert aging._twin_lines({"deciles": deciles}) == []
