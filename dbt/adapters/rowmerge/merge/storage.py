@@ -379,7 +379,8 @@ def local_rename(src: str, dst: str, local_src: str, local_dst: str) -> bool | N
     """``rename`` of a local file without the JVM (about ten py4j calls a file, two files a
     touched file per merge), as Hadoop's local filesystem moves it: its checksum file
     (``.<name>.crc``) goes along, a stale one at ``dst`` is removed. None if the OS cannot move
-    it in one step (another device): Hadoop then copies."""
+    it in one step (another device): HadoopStorage then lets Hadoop copy it; pyarrow's local
+    filesystem cannot, so ArrowStorage raises."""
     if not os.path.exists(local_src):
         if os.path.exists(local_dst):
             return False  # already moved: an idempotent replay

@@ -211,8 +211,9 @@ class ArrowStorage(Storage):
 
     def rename(self, src: str, dst: str) -> bool:
         fs, s, _ = self._resolve(src)
-        _, d, _ = self._resolve(dst)
-        if isinstance(fs, pafs.LocalFileSystem) and not os.path.isdir(s):
+        there_fs, d, _ = self._resolve(dst)
+        local = isinstance(fs, pafs.LocalFileSystem) and isinstance(there_fs, pafs.LocalFileSystem)
+        if local and not os.path.isdir(s):
             # As HadoopStorage moves a local file: its .crc goes along, a stale one is removed
             # (a staged file's checksum left in staging would be taken for an orphan).
             moved = local_rename(src, dst, s, d)
