@@ -325,6 +325,12 @@ def test_local_rename_moves_the_checksum_and_replays(spark: SparkSession, tmp_pa
     assert st.rename(f"file:{tmp_path}/plain", f"file:{tmp_path}/t/p=1/x") is True
     assert sorted(os.listdir(tmp_path / "t" / "p=1")) == [".a b.parquet.crc", "a b.parquet", "x"]
     assert _hadoop_read(st, f"file:{tmp_path}/t/p=1/x") == "x"
+    # a folder in the way is refused, never taken for a finished copy (whatever its size)
+    (tmp_path / "t" / "p=1" / "d").mkdir()
+    (tmp_path / "sized").write_bytes(b"0" * os.path.getsize(tmp_path / "t" / "p=1" / "d"))
+    with pytest.raises(FileExistsError, match="exists with different content"):
+        st.rename(f"file:{tmp_path}/sized", f"file:{tmp_path}/t/p=1/d")
+    assert (tmp_path / "sized").exists()
 
 
 def test_a_merge_moves_its_local_files_without_py4j_calls_per_file(spark: SparkSession, db: str) -> None:

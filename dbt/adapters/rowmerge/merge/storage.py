@@ -386,7 +386,7 @@ def local_rename(src: str, dst: str, local_src: str, local_dst: str) -> bool | N
             return False  # already moved: an idempotent replay
         raise FileNotFoundError(src)
     if os.path.exists(local_dst):
-        if os.path.getsize(local_dst) == os.path.getsize(local_src):
+        if os.path.isfile(local_dst) and os.path.getsize(local_dst) == os.path.getsize(local_src):
             _remove_with_checksum(local_src)  # a copy that died after the copy: finish it
             return False
         raise FileExistsError(f"cannot move {src}: {dst} exists with different content")
@@ -645,7 +645,8 @@ class HadoopStorage(Storage):
             raise FileNotFoundError(src)
         if fs.exists(jd):
             # A copy-based rename (object stores) that died after the copy: finish it.
-            if fs.getFileStatus(jd).getLen() == fs.getFileStatus(js).getLen():
+            there = fs.getFileStatus(jd)
+            if there.isFile() and there.getLen() == fs.getFileStatus(js).getLen():
                 fs.delete(js, False)
                 return False
             raise FileExistsError(f"cannot move {src}: {dst} exists with different content")
