@@ -656,24 +656,28 @@ def test_broadcast_upsert_of_new_keys_inside_a_files_range_inserts_them_after_th
 def test_broadcast_upsert_on_two_keys_rechecks_a_pair_each_of_whose_keys_is_in_some_range(spark, db) -> None:
     """On a two-column key, (1, 20) has each value inside some file's range, in different
     files: it may match as far as the ranges tell, matches nothing, and is inserted by a second
-    write; (3, 99) lies beyond every range of the second key and is inserted by the first."""
+    write, found from the ids of the source rows the first write saw match (the candidates are
+    read once); (3, 99) lies beyond every range of the second key and is inserted by the first."""
     t = f"{db}.t"
     schema = "a long, b long, v string"
     create_table(spark, t, schema, [[(1, 10, "x"), (2, 11, "y")], [(5, 20, "z"), (6, 21, "w")]])
+    folder = table_dir(spark, t)
     src = source_view(spark, f"{db}_src", schema, [(1, 10, "X"), (1, 20, "n"), (3, 99, "o")])
     clauses = [
         {"when": "matched", "action": "update", "set": {"v": "s.v"}},
         {"when": "not_matched", "action": "insert", "values": {"a": "s.a", "b": "s.b", "v": "s.v"}},
     ]
+
+    def run():
+        return merge(spark, t, src, clauses, on="t.a = s.a AND t.b = s.b", auto_compact=False)
+
     with single_task_rows(0):
-        result, jobs = spark_jobs(
-            spark, lambda: merge(spark, t, src, clauses, on="t.a = s.a AND t.b = s.b", auto_compact=False)
-        )
+        (result, scans), jobs = spark_jobs(spark, lambda: target_scans(spark, folder, run))
     m = result.metrics
     assert (m["onePass"], m["onePassInsertsByStatistics"], m["onePassInsertsRechecked"]) == (1, 1, 1)
-    # The source's job, its broadcast and the write; then the source's rows inside the ranges
-    # broadcast, the ids of those the candidates matched, and the second write.
-    assert jobs == 6
+    # The source's job, its broadcast and the write; then the matched ids broadcast and the
+    # second write (an anti-join with the candidates read them again: a sixth job).
+    assert (jobs, scans) == (5, 1)
     expected = [(1, 10, "X"), (1, 20, "n"), (2, 11, "y"), (3, 99, "o"), (5, 20, "z"), (6, 21, "w")]
     assert rows(spark, t) == expected
     assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"]) == (1, 2)

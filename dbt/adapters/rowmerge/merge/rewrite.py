@@ -23,7 +23,7 @@ from uuid import uuid4
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField
+from pyspark.sql.types import LongType, StructField, StructType
 
 from .filestats import FileSummary, indexed_columns, summarize_files
 from .journal.layout import TASK_GROUP
@@ -228,7 +228,12 @@ class OnePass:
     def matched_sources(self) -> int:
         """How many source rows matched a candidate's row, once the write has run (with
         ``inserts_by_statistics``)."""
-        return len(self.observation.get["sources"] or ())
+        return len(self.matched_ids())
+
+    def matched_ids(self) -> list[int]:
+        """The ids (``SRC_ID``) of the source rows that matched a candidate's row, once the
+        write has run (with ``inserts_by_statistics``)."""
+        return list(self.observation.get["sources"] or ())
 
     def result(self) -> tuple[int, int, int, set[str]]:
         """(joined rows, updated, deleted, acted-on files), once the write has run."""
@@ -449,7 +454,7 @@ def inserted_rows(
     read again; an insert-only merge has no scan and finds them with an anti-join, as does
     the one-pass write with the source broadcast. ``among``: ``"outside"`` takes only the
     source rows whose keys lie below or above all the files' ranges, which match nothing, with no join
-    (see :func:`inserts_by_statistics`); ``"inside"`` only the others, by the anti-join.
+    (see :func:`inserts_by_statistics`; the others: :func:`inside_inserts`).
     """
     if among == "outside":
         assert source.may_match is not None
@@ -457,14 +462,32 @@ def inserted_rows(
     elif scan is not None and scan.insert_source is not None:
         unmatched = scan.insert_source.alias(plan.sa)
     else:
-        if among == "inside":
-            assert source.may_match is not None
-            source = replace(source, df=source.df.alias(plan.sa).where(F.expr(source.may_match)))
         # Matched source ids via a join whose build side is the (usually small) source, so
         # the target is not shuffled; then the source minus those ids.
         matched = target.alias(plan.ta).join(source.join_side().alias(plan.sa), plan.on, "inner")
         matched_ids = matched.select(F.col(f"`{plan.sa}`.`{SRC_ID}`").alias(SRC_ID))
         unmatched = source.unmatched(matched_ids).alias(plan.sa)
+    return enforce_constraints(plan, inserts(plan, unmatched))
+
+
+def inside_inserts(
+    spark: SparkSession, plan: MergePlan, source: MaterializedSource, matched: Collection[int]
+) -> DataFrame:
+    """The inserts among the source rows whose keys lie inside the files' ranges
+    (``source.may_match``) and that matched no candidate's row: ``matched`` holds the ids of
+    those that did, which the one-pass write observed in its own join (:class:`OnePass`), so
+    the candidates are not read again (an anti-join with them read every candidate's keys: a
+    job as long as a full scan of the key columns, for a merge that rewrote the whole table).
+    The ids are at most :data:`STATISTICS_INSERT_ROWS`."""
+    assert source.may_match is not None
+    inside = replace(source, df=source.df.alias(plan.sa).where(F.expr(source.may_match)))
+    if matched:
+        ids = spark.createDataFrame(
+            [(i,) for i in matched], StructType([StructField(SRC_ID, LongType(), False)])
+        )
+        unmatched = inside.unmatched(ids).alias(plan.sa)
+    else:
+        unmatched = inside.df.alias(plan.sa)
     return enforce_constraints(plan, inserts(plan, unmatched))
 
 
@@ -546,8 +569,8 @@ def inserts_by_statistics(plan: MergePlan, source: MaterializedSource, single: b
     ``source.may_match``: they match nothing) are inserted as they are, and the write observes
     which of the others matched a candidate's row. When every one did (an upsert whose new keys
     lie beyond the table's, as increasing ids and timestamps do), those were all the inserts;
-    otherwise the inserts among the rest are found after the write
-    (:func:`write_missed_inserts`).
+    otherwise the inserts among the rest are written after the write, found from the ids it
+    observed, without reading the candidates again (:func:`write_missed_inserts`).
     """
     rows = source.may_match_rows
     return bool(plan.not_matched) and not single and rows is not None and rows <= STATISTICS_INSERT_ROWS
@@ -557,7 +580,7 @@ def write_missed_inserts(
     spark: SparkSession,
     plan: MergePlan,
     source: MaterializedSource,
-    target: DataFrame,
+    matched: Collection[int],
     missed: int,
     staging: str,
     storage: Storage,
@@ -566,10 +589,11 @@ def write_missed_inserts(
     groups: Sequence[Sequence[str]] | None = None,
 ) -> list[StagedFile]:
     """After a one-pass write that took its inserts from statistics, in which ``missed`` source
-    rows with keys inside the files' ranges matched no row of ``target`` (the candidates):
-    write the inserts among them next to the ``written`` files; return the new files. With the
-    write's ``groups``, in its layout (the rows of no touched file's group)."""
-    inserts = inserted_rows(plan, source, target, None, "inside")
+    rows with keys inside the files' ranges matched no candidate's row (those that did: the
+    ids ``matched``, observed by the write): write the inserts among them next to the
+    ``written`` files; return the new files. With the write's ``groups``, in its layout (the
+    rows of no touched file's group)."""
+    inserts = inside_inserts(spark, plan, source, matched)
     out = spread_inserts(plan, inserts, missed, feed_dir is not None)
     grouped = _grouped(groups)
     if grouped:

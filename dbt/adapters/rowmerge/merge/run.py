@@ -880,7 +880,16 @@ def _write_one_pass(
             # the inserts among them were not written yet.
             metrics["onePassInsertsRechecked"] = 1
             staged += write_missed_inserts(
-                spark, plan, source, pruned, missed, staging.data_dir, storage, feed_dir, staged, groups
+                spark,
+                plan,
+                source,
+                observed.matched_ids(),
+                missed,
+                staging.data_dir,
+                storage,
+                feed_dir,
+                staged,
+                groups,
             )
     candidates.matched_updated, candidates.matched_deleted = updated, deleted
     candidates.inserted = sum(f.rows for f in staged) - (joined - deleted)
