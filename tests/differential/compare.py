@@ -101,6 +101,9 @@ ONE_PASS_BROADCAST: list[str] = []
 # rewritten without a scan (LOST), or a target row met two source rows and the scan decided.
 ONE_PASS_LOST: list[str] = []
 ONE_PASS_SCANNED: list[str] = []
+# Broadcast one-pass writes that inserted the rows with keys outside the files' ranges
+# themselves, then found the other inserts from the ids of the source rows they saw match.
+ONE_PASS_RECHECKED: list[str] = []
 
 
 # Half the cases (by a hash of the tag) read their source from a Parquet file, as a dbt
@@ -161,6 +164,8 @@ def run_engine(spark: SparkSession, case: Case, db: str, tag: str) -> Outcome:
             DIRECT_FALLBACK.append(tag)
         if result.metrics.get("onePass"):
             (ONE_PASS_SINGLE_TASK if result.metrics["onePassSingleTask"] else ONE_PASS_BROADCAST).append(tag)
+        if result.metrics.get("onePassInsertsRechecked"):
+            ONE_PASS_RECHECKED.append(tag)
         if result.metrics.get("onePassFallback"):
             (ONE_PASS_SCANNED if result.metrics["scanTimeMs"] else ONE_PASS_LOST).append(tag)
     except CardinalityViolation as exc:

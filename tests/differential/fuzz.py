@@ -36,6 +36,7 @@ from tests.differential.compare import (
     MERGED,
     ONE_PASS_BROADCAST,
     ONE_PASS_LOST,
+    ONE_PASS_RECHECKED,
     ONE_PASS_SCANNED,
     ONE_PASS_SINGLE_TASK,
     check,
@@ -183,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         f"fuzz seed={args.seed} start={args.start} n={args.n}: {len(mismatched)} mismatched "
         f"{mismatched[:20]}; outcomes {outcome}; compacted after {len(COMPACTED)} of "
         f"{len(MERGED)} merges; one pass in a single task {len(ONE_PASS_SINGLE_TASK)}, with the source "
-        f"broadcast {len(ONE_PASS_BROADCAST)}, thrown away {len(ONE_PASS_LOST) + len(ONE_PASS_SCANNED)} "
+        f"broadcast {len(ONE_PASS_BROADCAST)} (inserts rechecked {len(ONE_PASS_RECHECKED)}), "
+        f"thrown away {len(ONE_PASS_LOST) + len(ONE_PASS_SCANNED)} "
         f"(then scanned {len(ONE_PASS_SCANNED)}); written directly {len(DIRECT)} (bet lost "
         f"{len(DIRECT_FALLBACK)}); {elapsed:.0f}s"
     )

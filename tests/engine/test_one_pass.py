@@ -683,6 +683,75 @@ def test_broadcast_upsert_on_two_keys_rechecks_a_pair_each_of_whose_keys_is_in_s
     assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"]) == (1, 2)
 
 
+INSIDE_CASES = {
+    # Two source rows with the same new key inside a range: both are inserts.
+    "repeated_new_key": (
+        "t.id = s.id",
+        [[(1, "a", True), (3, "c", True)], [(5, "e", True), (7, "g", True)]],
+        [(1, "A", True), (2, "x", True), (2, "y", True), (13, "m", True)],
+    ),
+    # One source row meets two target rows (a key the table holds twice): both updated.
+    "key_held_twice": (
+        "t.id = s.id",
+        [[(1, "a", True), (3, "c", True)], [(5, "e", True), (5, "f", True), (7, "g", True)]],
+        [(5, "E", True), (6, "n", True), (13, "m", True)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INSIDE_CASES))
+def test_inserts_inside_the_ranges_found_from_the_observed_ids_agree_with_the_single_task_join(
+    spark, db, case
+) -> None:
+    """The broadcast write's missed inserts are the source rows inside the ranges whose ids it
+    did not see match: the same rows and counts as the single-task join, which finds every
+    insert in its own join."""
+    on, files, source = INSIDE_CASES[case]
+    schema = "id long, v string, active boolean"
+    clauses = [
+        {"when": "matched", "action": "update", "set": {"v": "s.v"}},
+        {"when": "not_matched", "action": "insert", "values": "*"},
+    ]
+    outcomes = []
+    for limit in (SINGLE_TASK_ROWS.get(), 0):
+        t = f"{db}.t{limit}"
+        create_table(spark, t, schema, files)
+        src = source_view(spark, f"{db}_src", schema, source)
+        with single_task_rows(limit):
+            m = merge(spark, t, src, clauses, on=on, auto_compact=False).metrics
+        path = (
+            m["onePass"],
+            m["onePassSingleTask"],
+            m["onePassInsertsByStatistics"],
+            m["onePassInsertsRechecked"],
+        )
+        assert path == ((1, 1, 0, 0) if limit else (1, 0, 1, 1))
+        counts = [m[k] for k in ("numTargetRowsUpdated", "numTargetRowsInserted", "numTargetRowsCopied")]
+        outcomes.append((rows(spark, t), counts))
+    assert outcomes[0] == outcomes[1]
+    want = {
+        "repeated_new_key": [
+            (1, "A", True),
+            (2, "x", True),
+            (2, "y", True),
+            (3, "c", True),
+            (5, "e", True),
+            (7, "g", True),
+            (13, "m", True),
+        ],
+        "key_held_twice": [
+            (1, "a", True),
+            (3, "c", True),
+            (5, "E", True),
+            (5, "E", True),
+            (6, "n", True),
+            (7, "g", True),
+            (13, "m", True),
+        ],
+    }[case]
+    assert outcomes[0][0] == want
+
+
 def feed_rows(spark, table: str) -> list[tuple]:
     """(id, v, _change_type) of every change row of ``table``, sorted."""
     return sorted(tuple(r) for r in spark.sql(f"SELECT id, v, _change_type FROM {table}").collect())

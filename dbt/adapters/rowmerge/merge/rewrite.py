@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import reduce
+from typing import Any
 from uuid import uuid4
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -210,6 +211,7 @@ class OnePass:
     # The write inserts the source rows whose keys lie outside the files' ranges, without a
     # join, and observes which source rows the candidates matched (see inserts_by_statistics).
     inserts_by_statistics: bool = False
+    _got: dict[str, Any] | None = field(default=None, repr=False)
 
     def observe(self, rows: DataFrame) -> DataFrame:
         """``rows`` (with the file and the clause flags of each joined row, and with
@@ -232,12 +234,20 @@ class OnePass:
 
     def matched_ids(self) -> list[int]:
         """The ids (``SRC_ID``) of the source rows that matched a candidate's row, once the
-        write has run (with ``inserts_by_statistics``)."""
-        return list(self.observation.get["sources"] or ())
+        write has run (with ``inserts_by_statistics``). Exact: every joined row passes the
+        observation before any is dropped, and the write counts on it only when all of the
+        candidates' rows did (``result``'s joined rows equal the candidates' rows)."""
+        return list(self._observed().get("sources") or ())
+
+    def _observed(self) -> dict[str, Any]:
+        """What the write observed, fetched once (up to STATISTICS_INSERT_ROWS ids)."""
+        if self._got is None:
+            self._got = self.observation.get
+        return self._got
 
     def result(self) -> tuple[int, int, int, set[str]]:
         """(joined rows, updated, deleted, acted-on files), once the write has run."""
-        got = self.observation.get
+        got = self._observed()
         return (
             int(got["joined"] or 0),
             int(got["updated"] or 0),
@@ -456,6 +466,7 @@ def inserted_rows(
     source rows whose keys lie below or above all the files' ranges, which match nothing, with no join
     (see :func:`inserts_by_statistics`; the others: :func:`inside_inserts`).
     """
+    assert among in ("outside", "all"), among
     if among == "outside":
         assert source.may_match is not None
         unmatched = source.df.alias(plan.sa).where(~F.expr(source.may_match)).alias(plan.sa)
@@ -482,9 +493,9 @@ def inside_inserts(
     assert source.may_match is not None
     inside = replace(source, df=source.df.alias(plan.sa).where(F.expr(source.may_match)))
     if matched:
-        ids = spark.createDataFrame(
-            [(i,) for i in matched], StructType([StructField(SRC_ID, LongType(), False)])
-        )
+        schema = StructType([StructField(SRC_ID, LongType(), False)])
+        # Plain longs: no check of each row against the schema (a Python call per id).
+        ids = spark.createDataFrame([(i,) for i in matched], schema, verifySchema=False)
         unmatched = inside.unmatched(ids).alias(plan.sa)
     else:
         unmatched = inside.df.alias(plan.sa)
