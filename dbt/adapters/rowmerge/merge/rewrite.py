@@ -24,7 +24,7 @@ from uuid import uuid4
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import StructField
 
 from .filestats import FileSummary, indexed_columns, summarize_files
 from .journal.layout import TASK_GROUP
@@ -492,14 +492,7 @@ def inside_inserts(
     The ids are at most :data:`STATISTICS_INSERT_ROWS`."""
     assert source.may_match is not None
     inside = replace(source, df=source.df.alias(plan.sa).where(F.expr(source.may_match)))
-    if matched:
-        schema = StructType([StructField(SRC_ID, LongType(), False)])
-        # Plain longs: no check of each row against the schema (a Python call per id).
-        ids = spark.createDataFrame([(i,) for i in matched], schema, verifySchema=False)
-        unmatched = inside.unmatched(ids).alias(plan.sa)
-    else:
-        unmatched = inside.df.alias(plan.sa)
-    return enforce_constraints(plan, inserts(plan, unmatched))
+    return enforce_constraints(plan, inserts(plan, inside.without_ids(spark, matched).alias(plan.sa)))
 
 
 @dataclass(frozen=True)

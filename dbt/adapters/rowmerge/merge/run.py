@@ -867,6 +867,13 @@ def _write_one_pass(
             inserts += (source.may_match_rows or 0) - observed.matched_sources()
         return None, ScanResult(
             touched=[f for f in candidates.touched if f.path in acted],
+            # With the ids of the source rows that matched a candidate observed, the inserts
+            # need no second read of the candidates (else an anti-join with them finds them).
+            insert_source=(
+                source.without_ids(spark, observed.matched_ids())
+                if plan.not_matched and observed.inserts_by_statistics
+                else None
+            ),
             files_scanned=candidates.files_scanned,
             matched_updated=updated,
             matched_deleted=deleted,

@@ -9,7 +9,7 @@ phase is one Spark job).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -21,8 +21,10 @@ from pyspark.sql.types import (
     BooleanType,
     DataType,
     DateType,
+    LongType,
     NumericType,
     StringType,
+    StructField,
     StructType,
     TimestampNTZType,
     TimestampType,
@@ -74,6 +76,15 @@ class MaterializedSource:
         """
         ids = F.broadcast(matched_ids) if self.broadcastable else matched_ids
         return self.df.join(ids, SRC_ID, "left_anti")
+
+    def without_ids(self, spark: SparkSession, matched: Collection[int]) -> DataFrame:
+        """The source rows whose ``SRC_ID`` is not among ``matched``, ids the driver holds (a
+        write observed them: see :class:`.rewrite.OnePass`)."""
+        if not matched:
+            return self.df
+        schema = StructType([StructField(SRC_ID, LongType(), False)])
+        # Plain longs: no check of each row against the schema (a Python call per id).
+        return self.unmatched(spark.createDataFrame([(i,) for i in matched], schema, verifySchema=False))
 
 
 def _prunable(dtype: DataType) -> bool:
