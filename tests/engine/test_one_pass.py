@@ -9,13 +9,16 @@ exactly the result the scan path gives: same rows, same untouched files, same er
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import duckdb
 import pytest
 from pyspark.sql import functions as F
 
 from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeError
+from dbt.adapters.rowmerge.merge import rewrite as rewrite_module
 from dbt.adapters.rowmerge.merge.rewrite import (
     SINGLE_PARTITION_CONF,
     SINGLE_PARTITION_DEFAULT,
@@ -761,3 +764,190 @@ def test_inserts_inside_the_ranges_found_from_the_observed_ids_agree_with_the_si
 def feed_rows(spark, table: str) -> list[tuple]:
     """(id, v, _change_type) of every change row of ``table``, sorted."""
     return sorted(tuple(r) for r in spark.sql(f"SELECT id, v, _change_type FROM {table}").collect())
+
+
+def duckdb_merge(schema: str, files, source, on: str, clauses: str) -> list[tuple]:
+    """The rows DuckDB's own ``MERGE INTO`` leaves in a table of ``files`` (the oracle of
+    tests/differential, here without its translations: every case below means the same there)."""
+    con = duckdb.connect()
+    for name in ("t", "s"):
+        con.execute(f"CREATE TABLE {name} ({schema})")
+    marks = ", ".join("?" * len(files[0][0]))
+    con.executemany(f"INSERT INTO t VALUES ({marks})", [r for f in files for r in f])
+    con.executemany(f"INSERT INTO s VALUES ({marks})", source)
+    con.execute(f"MERGE INTO t USING s ON {on} {clauses}")
+    got = [tuple(r) for r in con.execute("SELECT * FROM t").fetchall()]
+    return sorted(got, key=lambda t: tuple((v is not None, v) for v in t))
+
+
+LOST_FILES = [
+    [(1, "a", True), (2, "b", True)],
+    [(3, "c", True), (4, "d", True)],
+    [(5, "e", True), (7, "g", True)],
+    [(8, "h", True), (9, "i", True)],
+]
+LOST_UPSERT = (
+    [
+        {"when": "matched", "action": "update", "set": {"v": "s.v"}},
+        {"when": "not_matched", "action": "insert", "values": {"id": "s.id", "v": "s.v", "flag": "s.flag"}},
+    ],
+    "WHEN MATCHED THEN UPDATE SET v = s.v "
+    "WHEN NOT MATCHED THEN INSERT (id, v, flag) VALUES (s.id, s.v, s.flag)",
+)
+# Each loses the bet: a candidate ((3, 'c') or (8, 'h')) is met by a source row no clause changes.
+LOST_CASES = {
+    # A NULL key, a new key given twice inside a range, one beyond every range.
+    "null_and_repeated_keys": (
+        "t.id = s.id",
+        LOST_UPSERT,
+        [(1, "A", True), (3, "c", True), (6, "x", True), (6, "y", True), (None, "n", True), (20, "t", True)],
+    ),
+    # Two conditional NOT MATCHED clauses; a matched row no clause acts on is not inserted.
+    "conditional_inserts": (
+        "t.id = s.id",
+        (
+            [
+                {"when": "matched", "condition": "s.v <> 'keep'", "action": "update", "set": {"v": "s.v"}},
+                {
+                    "when": "not_matched",
+                    "condition": "s.v LIKE 'a%'",
+                    "action": "insert",
+                    "values": {"id": "s.id", "v": "concat('first:', s.v)", "flag": "s.flag"},
+                },
+                {
+                    "when": "not_matched",
+                    "condition": "s.flag",
+                    "action": "insert",
+                    "values": {"id": "s.id", "v": "concat('second:', s.v)", "flag": "s.flag"},
+                },
+            ],
+            "WHEN MATCHED AND s.v <> 'keep' THEN UPDATE SET v = s.v "
+            "WHEN NOT MATCHED AND s.v LIKE 'a%' "
+            "THEN INSERT (id, v, flag) VALUES (s.id, 'first:' || s.v, s.flag) "
+            "WHEN NOT MATCHED AND s.flag THEN INSERT (id, v, flag) VALUES (s.id, 'second:' || s.v, s.flag)",
+        ),
+        [
+            (1, "A", True),
+            (3, "keep", True),
+            (6, "ax", False),
+            (6, "bx", True),
+            (6, "cx", False),
+            (None, "an", True),
+            (None, "bn", False),
+            (20, "zz", True),
+            (21, "aa", False),
+        ],
+    ),
+    # A source-only conjunct in `on`: (4, 'D', false) meets no row, so it is inserted beside 4.
+    "source_only_conjunct": (
+        "t.id = s.id AND s.flag",
+        LOST_UPSERT,
+        [(1, "A", True), (3, "c", True), (4, "D", False), (6, "x", False), (8, "H", None)],
+    ),
+    # A conjunct on both sides: (3, 'c') and (8, 'h') meet no row (equal v), so both are inserted.
+    "conjunct_on_both_sides": (
+        "t.id = s.id AND t.v <> s.v",
+        LOST_UPSERT,
+        [(1, "A", True), (3, "c", True), (8, "h", False), (6, "x", True)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOST_CASES))
+def test_a_lost_bet_with_the_source_broadcast_inserts_what_duckdb_inserts(spark, db, case) -> None:
+    """After a lost bet with the source broadcast the inserts are the source rows the thrown-away
+    write did not see match (MaterializedSource.without_ids), through the NOT MATCHED clauses as
+    usual. NULL keys, repeated new keys, conditional inserts and conjuncts beside the key in `on`
+    must insert exactly what DuckDB's MERGE does; the table is read twice (the thrown-away write,
+    the rewrite of the acted-on file), never by an anti-join."""
+    on, (clauses, duck_clauses), source = LOST_CASES[case]
+    schema = "id long, v string, flag boolean"
+    t = f"{db}.t"
+    create_table(spark, t, schema, LOST_FILES)
+    src = source_view(spark, f"{db}_src", schema, source)
+    with single_task_rows(0):
+        result, scans = target_scans(
+            spark, table_dir(spark, t), lambda: merge(spark, t, src, clauses, on=on, auto_compact=False)
+        )
+    m = result.metrics
+    assert (m["onePass"], m["onePassFallback"], m["scanTimeMs"], scans) == (0, 1, 0, 2)
+    want = duckdb_merge("id BIGINT, v VARCHAR, flag BOOLEAN", LOST_FILES, source, on, duck_clauses)
+    assert rows(spark, t) == want
+    assert m["numTargetRowsInserted"] == len(want) - 8  # 8 rows before, none deleted
+
+
+PAIR_FILES = [
+    [(1, 10, "x", 0), (2, 11, "y", 1)],
+    [(5, 20, "z", 0), (6, 21, "w", 1)],
+    [(7, 30, "q", 0), (8, 31, "r", 1)],
+]
+# (1, 10) updated, (6, 21) met with nothing to change (the bet is lost); (1, 20) and (3, 99) are
+# pairs each of whose keys falls in some file's range; NULLs; (7, 31) new twice, once refused.
+PAIR_SOURCE = [
+    (1, 10, "X", 0),
+    (6, 21, "w", 1),
+    (1, 20, "n", 0),
+    (1, None, "m", 0),
+    (None, None, "k", 1),
+    (3, 99, "o", 1),
+    (7, 31, "p", 5),
+    (7, 31, "p2", 5),
+    (40, 40, "far", 9),
+]
+
+
+@pytest.mark.parametrize("variant", ["flat", "int_source_key", "partitioned_feed", "above_the_cap"])
+def test_a_lost_bet_on_two_keys_inserts_what_duckdb_inserts(spark, db, variant, monkeypatch) -> None:
+    """The same on a composite key: with a source key of a narrower type than the target's, on a
+    partitioned table with the change feed (whose insert rows are the inserted rows), and with
+    more rows inside the ranges than the write collects ids for (then anti-joins find them)."""
+    if variant == "above_the_cap":
+        monkeypatch.setattr(rewrite_module, "STATISTICS_INSERT_ROWS", 1)
+    on = "t.a = s.a AND t.b = s.b"
+    clauses = [
+        {"when": "matched", "action": "update", "set": {"v": "s.v"}},
+        {
+            "when": "not_matched",
+            "condition": "s.v <> 'p2'",
+            "action": "insert",
+            "values": {"a": "s.a", "b": "s.b", "v": "s.v", "p": "s.p"},
+        },
+    ]
+    t = f"{db}.t"
+    feed = variant == "partitioned_feed"
+    create_table(spark, t, "a long, b long, v string, p int", PAIR_FILES, partition_by=["p"] if feed else ())
+    b_type = "int" if variant == "int_source_key" else "long"
+    src = source_view(spark, f"{db}_src", f"a long, b {b_type}, v string, p int", PAIR_SOURCE)
+    extra = {"change_data_feed": {"table": f"{t}__changes"}} if feed else {}
+    with single_task_rows(0):
+        result, scans = target_scans(
+            spark,
+            table_dir(spark, t),
+            lambda: merge(spark, t, src, clauses, on=on, auto_compact=False, **extra),
+        )
+    m = result.metrics
+    assert (m["onePass"], m["onePassFallback"], m["scanTimeMs"]) == (0, 1, 0)
+    # Above the cap the write found its inserts by an anti-join with the candidates, and so do
+    # the inserts after the lost bet: four reads of the table instead of two.
+    assert scans == (4 if variant == "above_the_cap" else 2)
+    want = duckdb_merge(
+        "a BIGINT, b BIGINT, v VARCHAR, p INT",
+        PAIR_FILES,
+        PAIR_SOURCE,
+        on,
+        "WHEN MATCHED THEN UPDATE SET v = s.v "
+        "WHEN NOT MATCHED AND s.v <> 'p2' THEN INSERT (a, b, v, p) VALUES (s.a, s.b, s.v, s.p)",
+    )
+    got = sorted(
+        (tuple(r) for r in spark.sql(f"SELECT a, b, v, p FROM {t}").collect()),
+        key=lambda r: tuple((v is not None, v) for v in r),
+    )
+    assert got == want
+    inserted = Counter(want) - Counter(r for f in PAIR_FILES for r in f) - Counter([(1, 10, "X", 0)])
+    assert m["numTargetRowsInserted"] == sum(inserted.values())
+    if feed:
+        spark.catalog.refreshTable(f"{t}__changes")
+        insert_rows = spark.sql(
+            f"SELECT a, b, v, p FROM {t}__changes WHERE _change_type = 'insert'"
+        ).collect()
+        assert Counter(tuple(r) for r in insert_rows) == inserted
