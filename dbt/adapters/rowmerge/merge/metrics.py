@@ -46,7 +46,7 @@ COUNTER_NAMES = (
     # 1 if the one-pass write with the source broadcast inserted the source rows whose keys lie
     # below or above all the files' ranges without a join (rewrite.inserts_by_statistics), and 1 in
     # onePassInsertsRechecked if some rows inside the ranges matched nothing, so a second write
-    # found the inserts among them by an anti-join.
+    # found the inserts among them from the ids the write observed (rewrite.inside_inserts).
     "onePassInsertsByStatistics",
     "onePassInsertsRechecked",
     # 1 if no source row could match and one job read the source and wrote its inserts

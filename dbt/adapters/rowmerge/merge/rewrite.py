@@ -460,11 +460,12 @@ def inserted_rows(
 ) -> DataFrame:
     """Source rows that match no target row and that a not_matched clause inserts.
 
-    After a scan, the rows are the ones it chose (by source row id), so the target is not
-    read again; an insert-only merge has no scan and finds them with an anti-join, as does
-    the one-pass write with the source broadcast. ``among``: ``"outside"`` takes only the
-    source rows whose keys lie below or above all the files' ranges, which match nothing, with no join
-    (see :func:`inserts_by_statistics`; the others: :func:`inside_inserts`).
+    After a scan (or a lost one-pass bet that observed the matched ids), the rows are the
+    ones it chose (by source row id), so the target is not read again; an insert-only merge
+    has no scan and finds them with an anti-join, as does the one-pass write with the source
+    broadcast when its inserts cannot come from statistics. ``among``: ``"outside"`` takes only
+    the source rows whose keys lie below or above all the files' ranges, which match nothing,
+    with no join (see :func:`inserts_by_statistics`; the others: :func:`inside_inserts`).
     """
     assert among in ("outside", "all"), among
     if among == "outside":

@@ -223,7 +223,8 @@ class FileStats:
 class ScanResult:
     touched: list[FileStats] = field(default_factory=list)
     # Source rows that matched no target row (inserted if a not_matched clause acts):
-    # decided here so the rewrite pass never reads the target again.
+    # decided here, or from the ids a lost one-pass bet observed (run.py), so the rewrite
+    # pass never reads the target again.
     insert_source: DataFrame | None = None
     cached: DataFrame | None = None
     files_scanned: int = 0
