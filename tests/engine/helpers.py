@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
@@ -101,11 +101,15 @@ def source_view(spark: SparkSession, name: str, schema: str, rows: Sequence[tupl
     return name
 
 
+def sorted_rows(data: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """``data`` as sorted tuples, None sorting first (so rows holding NULLs compare)."""
+    return sorted((tuple(r) for r in data), key=lambda t: tuple((v is not None, v) for v in t))
+
+
 def rows(spark: SparkSession, name: str) -> list[tuple[Any, ...]]:
     """All rows of ``name`` as sorted tuples (None sorts first)."""
     spark.catalog.refreshTable(name)
-    data = [tuple(r) for r in spark.table(name).collect()]
-    return sorted(data, key=lambda t: tuple((v is not None, v) for v in t))
+    return sorted_rows(spark.table(name).collect())
 
 
 def table_dir(spark: SparkSession, name: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dbt.adapters.rowmerge.merge import ConstraintViolation, MergeSpecError, initial_rows, parse_spec
-from tests.engine.helpers import create_table, merge, rows, source_view
+from tests.engine.helpers import create_table, merge, rows, sorted_rows, source_view
 
 
 def _spec(target: str, source: str, clauses: list[dict[str, Any]], **extra: Any):
@@ -24,11 +24,6 @@ def _spec(target: str, source: str, clauses: list[dict[str, Any]], **extra: Any)
             **extra,
         }
     )
-
-
-def _sorted(data: Any) -> list[tuple[Any, ...]]:
-    """Sorted like helpers.rows (None first)."""
-    return sorted(data, key=lambda t: tuple((v is not None, v) for v in t))
 
 
 CLAUSES = [
@@ -47,7 +42,7 @@ SOURCE = [(1, "a", 1), (2, "skip", 5), (3, "c", 0), (4, None, 2), (4, "dup", 3)]
 
 def test_initial_rows_equal_a_merge_into_an_empty_table(spark, db):
     src = source_view(spark, f"{db}_src", "id long, v string, n int", SOURCE)
-    got = _sorted(tuple(r) for r in initial_rows(spark, _spec(f"{db}.new", src, CLAUSES)).collect())
+    got = sorted_rows(tuple(r) for r in initial_rows(spark, _spec(f"{db}.new", src, CLAUSES)).collect())
     # The same merge into an existing empty table with those columns (the oracle).
     create_table(spark, f"{db}.empty", "id long, v string, n int", [[]])
     merge(spark, f"{db}.empty", src, CLAUSES, allow_empty_source=True)
@@ -106,10 +101,10 @@ def test_an_insert_clause_reading_a_later_column_keeps_every_row_with_a_warning(
     engine_log = logging.getLogger("rowmerge")
     engine_log.addHandler(seen)
     try:
-        got = _sorted(tuple(r) for r in initial_rows(spark, _spec(f"{db}.new", src, clauses)).collect())
+        got = sorted_rows(tuple(r) for r in initial_rows(spark, _spec(f"{db}.new", src, clauses)).collect())
     finally:
         engine_log.removeHandler(seen)
-    assert got == _sorted(SOURCE)
+    assert got == sorted_rows(SOURCE)
     assert seen.messages == [
         f"rowmerge: first run of {db}.new: the table is created from every row of the model, because "
         "clauses[1] (when: not_matched, action: insert) condition (s.n > 0 AND NOT (s.op = 'D')) reads "

@@ -27,6 +27,7 @@ from tests.engine.helpers import (
     folder_digest,
     merge,
     rows,
+    sorted_rows,
     source_view,
     table_dir,
 )
@@ -36,17 +37,13 @@ NMBS_DELETE = UPSERT + [{"when": "not_matched_by_source", "action": "delete", "c
 FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
-def _sorted(data) -> list[tuple]:
-    return sorted(data, key=lambda t: tuple((v is not None, v) for v in t))
-
-
 def _feed(spark, t: str, version: int) -> list[tuple]:
     """The change rows of ``version``: data columns, then _change_type."""
     spark.catalog.refreshTable(f"{t}__changes")
     df = spark.table(f"{t}__changes")
     data = [c for c in df.columns if c not in FEED_COLUMNS]
     picked = df.select(*data, "_change_type", "_commit_version").collect()
-    return _sorted(tuple(r)[:-1] for r in picked if r["_commit_version"] == version)
+    return sorted_rows(tuple(r)[:-1] for r in picked if r["_commit_version"] == version)
 
 
 def _applied(before: list[tuple], feed: list[tuple]) -> list[tuple]:
@@ -59,7 +56,7 @@ def _applied(before: list[tuple], feed: list[tuple]) -> list[tuple]:
     for *row, change in feed:
         if change in ("insert", "update_postimage"):
             out[tuple(row)] += 1
-    return _sorted(out.elements())
+    return sorted_rows(out.elements())
 
 
 def _history(spark, db, t, batches, clauses=UPSERT, **extra):
@@ -117,7 +114,6 @@ def test_with_unique_key_a_changed_row_is_an_update(spark, db):
     assert feed == [(1, "a", "update_postimage"), (1, "x", "update_preimage"), (5, "e", "delete")]
     assert _applied(saved[1], feed) == saved[0]
     assert (result.rows_deleted, result.rows_inserted, result.rows_updated) == (1, 0, 1)
-
 
 
 def test_a_map_column_is_compared_by_its_entries(spark, db):
@@ -184,6 +180,7 @@ def test_a_variant_column_is_fed_as_deletes_and_inserts(spark, db):
     ]
     assert (result.rows_deleted, result.rows_inserted, result.rows_updated) == (2, 2, 0)
 
+
 def test_every_version_stays_readable_across_restores_and_merges_after_them(spark, db):
     t = _table(spark, db)
     saved = _history(spark, db, t, [[(1, "x")], [(2, "y"), (7, "g")], [(3, "z")]], retain_versions=20)
@@ -196,12 +193,12 @@ def test_every_version_stays_readable_across_restores_and_merges_after_them(spar
     saved.append(rows(spark, t))
     assert saved[4] == saved[1] and saved[6] == saved[4] and saved[7] == saved[3]
     for v, expected in enumerate(saved):
-        assert _sorted(tuple(r) for r in as_of(spark, t, version=v).collect()) == expected, v
+        assert sorted_rows(tuple(r) for r in as_of(spark, t, version=v).collect()) == expected, v
     for v in (4, 5, 6, 7):
         assert _applied(saved[v - 1], _feed(spark, t, v)) == saved[v], v
     # and the table merges on as usual
     _history(spark, db, t, [[(9, "i")]])
-    assert rows(spark, t) == _sorted(saved[7] + [(9, "i")])
+    assert rows(spark, t) == sorted_rows(saved[7] + [(9, "i")])
 
 
 def test_a_column_added_since_the_version_stays_and_reads_null(spark, db):
@@ -311,7 +308,7 @@ def test_killed_at_any_step_the_table_and_feed_are_exactly_before_or_after(spark
     assert not os.listdir(os.path.join(table_dir(spark, t), "_rowmerge_log", "staging"))
     # the files the restore took out are retained, and version 1 still reads back
     if committed:
-        assert _sorted(tuple(r) for r in as_of(spark, t, version=1).collect()) == saved[1]
+        assert sorted_rows(tuple(r) for r in as_of(spark, t, version=1).collect()) == saved[1]
 
 
 def test_a_file_another_job_wrote_into_the_folder_stops_it(spark, db):

@@ -7,7 +7,7 @@ driver merges them, so however many partitions the source has, the phase is one 
 
 from __future__ import annotations
 
-from tests.engine.helpers import UPSERT, create_table, merge, rows, spark_jobs
+from tests.engine.helpers import UPSERT, create_table, merge, rows, sorted_rows, spark_jobs
 
 INSERT_ONLY = [{"when": "not_matched", "action": "insert", "values": "*"}]
 
@@ -28,10 +28,6 @@ def _four_partitions(spark, name: str, data: list[tuple], schema: str) -> str:
     return name
 
 
-def _sorted(data: list[tuple]) -> list[tuple]:
-    return sorted(data, key=lambda r: tuple((v is not None, v) for v in r))
-
-
 def test_insert_only_merge_of_a_four_partition_source_is_two_jobs(spark, db) -> None:
     # One job evaluates the source with its statistics; the keys fall in no file, so the
     # inserts are written without reading the target: the second and last job.
@@ -42,7 +38,7 @@ def test_insert_only_merge_of_a_four_partition_source_is_two_jobs(spark, db) -> 
     assert jobs == 2
     assert result.metrics["numSourceRows"] == 40
     assert result.metrics["numTargetFilesAfterSkipping"] == 0
-    assert rows(spark, t) == _sorted(before + [(i + 100, f"n{i}") for i in range(40)])
+    assert rows(spark, t) == sorted_rows(before + [(i + 100, f"n{i}") for i in range(40)])
 
 
 def test_statistics_fold_every_partition(spark, db) -> None:
@@ -55,7 +51,7 @@ def test_statistics_fold_every_partition(spark, db) -> None:
     m = merge(spark, t, src, UPSERT, auto_compact=False).metrics
     changed = {3: "A", 27: "B"}
     expected = [(i, changed.get(i, v)) for i, v in before] + [(None, "N1"), (None, "N2"), (500, "C")]
-    assert rows(spark, t) == _sorted(expected)
+    assert rows(spark, t) == sorted_rows(expected)
     assert m["numSourceRows"] == 5
     assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"]) == (2, 3)
     assert m["numTargetFilesAfterSkipping"] == 2
