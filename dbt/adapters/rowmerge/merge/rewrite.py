@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
+from .encodings import rewrite_options
 from .filestats import FileSummary, indexed_columns, summarize_files
 from .journal.layout import TASK_GROUP
 from .key_gaps import rewrite_groups
@@ -558,8 +559,9 @@ def write_changes(
     counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     cap = rewrite_file_cap(counts, expected) if counts else None
+    options = rewrite_options(storage, removed, fmt, plan.output_fields)
     with single_partitions_kept(spark) if single else nullcontext():
-        listed = save_rows(spark, plan, out, staging, feed_dir, cap, grouped=grouped)
+        listed = save_rows(spark, plan, out, staging, feed_dir, cap, grouped=grouped, options=options)
     fields = indexed_columns(plan.output_fields, pcols)
     return staged_files(fmt, listed, storage, removed, fields, counts)
 
@@ -634,14 +636,16 @@ def save_rows(
     cap: int | None,
     append: bool = False,
     grouped: bool = False,
+    options: Mapping[str, str] | None = None,
 ) -> str:
     """Write ``out`` into ``staging`` partitioned like the table, or with ``feed_dir`` into
     that folder, each output in a folder of its own (see :func:`feed_rows`); at most ``cap``
     rows per file; ``grouped``: in a folder per task group first (:func:`_task_group`), which
-    the journal drops from the path when it places the files (``journal.layout.placed``).
+    the journal drops from the path when it places the files (``journal.layout.placed``);
+    ``options``: the writer's (:func:`.encodings.rewrite_options`).
     Return the folder holding the table's new files."""
     pcols = [*([TASK_GROUP] if grouped else []), *plan.target.partition_columns]
-    writer = out.write.format(plan.target.file_format)
+    writer = out.write.format(plan.target.file_format).options(**dict(options or {}))
     if append:
         writer = writer.mode("append")
     if feed_dir is not None:
