@@ -1,45 +1,50 @@
-"""Rewrites write Parquet's columns with a dictionary only where the files they replace had one
-(encodings.py): the merge's rewrite, its inserts beside it, and compaction."""
+"""A merge's rewrite writes Parquet's columns without a dictionary where Spark's writer gave it
+up in every file it replaces, and only there (encodings.py): beside its inserts, in its change
+feed; not for tiny files, inserts that outnumber the rewritten rows, or compaction."""
 
 from __future__ import annotations
 
 import os
 
-import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import functions as F
 
 from dbt.adapters.rowmerge.merge import optimize
 from tests.engine.helpers import UPSERT, file_snapshot, merge, new_files, rows, source_view, table_dir
 
 SCHEMA = "id long, few string, cat string, many long"
+ROWS = 25_000  # more than a first page of Spark's writer (20,000 rows): its decision counts
+INSERT = [{"when": "not_matched", "action": "insert", "values": "*"}]
 
 
-def _file(folder: str, name: str, ids: range, dictionary: list[str]) -> None:
-    """A Parquet file of ``ids`` written with a dictionary for the ``dictionary`` columns only.
-    ``few`` and ``cat`` have three and five values (Spark's writer, left alone, keeps them in a
-    dictionary), ``id`` and ``many`` one per row (it gives the dictionary up)."""
-    table = pa.table(
-        {
-            "id": pa.array(list(ids), pa.int64()),
-            "few": pa.array([f"k{i % 3}" for i in ids], pa.string()),
-            "cat": pa.array([f"c{i % 5}" for i in ids], pa.string()),
-            "many": pa.array([i * 7919 for i in ids], pa.int64()),
-        }
+def _frame(spark, first: int, n: int):
+    """Rows ``first``..: ``few`` and ``cat`` have three and five values (Spark's writer keeps
+    them in a dictionary), ``id`` and ``many`` one per row (it gives the dictionary up)."""
+    i = F.col("id")
+    return spark.range(first, first + n).select(
+        i,
+        F.concat(F.lit("k"), (i % 3).cast("string")).alias("few"),
+        F.concat(F.lit("c"), (i % 5).cast("string")).alias("cat"),
+        (i * 7919).alias("many"),
     )
-    pq.write_table(table, os.path.join(folder, name), use_dictionary=dictionary)
 
 
-def _table(spark, db: str, dictionaries: list[list[str]], rows_per_file: int = 1000) -> str:
-    """A table of one file per entry of ``dictionaries`` (the columns it keeps in a dictionary),
-    ids in consecutive ranges."""
+def _table(spark, db: str, plain: list[list[str]], rows_per_file: int = ROWS) -> str:
+    """A table of one Spark-written file per entry of ``plain`` (columns written without a
+    dictionary, as if the writer had given it up), ids in consecutive ranges."""
     t = f"{db}.enc"
     spark.sql(f"CREATE TABLE {t} ({SCHEMA}) USING parquet")
     folder = table_dir(spark, t)
-    for i, dictionary in enumerate(dictionaries):
-        ids = range(i * rows_per_file, (i + 1) * rows_per_file)
-        _file(folder, f"part-{i:05d}-given.parquet", ids, dictionary)
+    for i, columns in enumerate(plain):
+        writer = _frame(spark, i * rows_per_file, rows_per_file).coalesce(1).write.mode("append")
+        writer.options(**{f"parquet.enable.dictionary#{c}": "false" for c in columns}).parquet(folder)
     spark.catalog.refreshTable(t)
     return t
+
+
+def _expected(n: int, changed: dict[int, tuple[str, str, int]] | None = None) -> list[tuple]:
+    changed = changed or {}
+    return sorted((i, *changed.get(i, (f"k{i % 3}", f"c{i % 5}", i * 7919))) for i in range(n))
 
 
 def _dictionary_columns(path: str) -> set[str]:
@@ -53,38 +58,40 @@ def _dictionary_columns(path: str) -> set[str]:
     }
 
 
-def _expected(n: int, changed: dict[int, tuple[str, str, int]]) -> list[tuple]:
-    return sorted((i, *changed.get(i, (f"k{i % 3}", f"c{i % 5}", i * 7919))) for i in range(n))
-
-
-def test_a_rewrite_writes_plain_the_columns_the_replaced_file_wrote_plain(spark, db):
+def test_a_rewrite_writes_plain_what_the_writer_gave_up_in_the_replaced_file(spark, db):
     # few: plain in the files, though Spark's writer left alone keeps its 3 values in a dictionary
-    t = _table(spark, db, [["cat"], ["cat"]])
+    t = _table(spark, db, [["few"], ["few"]])
     before = file_snapshot(spark, t)
     src = source_view(spark, f"{db}_src", SCHEMA, [(5, "new", "c9", 1), (6, "k0", "c0", 2)])
     result = merge(spark, t, src, UPSERT)
-    assert rows(spark, t) == _expected(2000, {5: ("new", "c9", 1), 6: ("k0", "c0", 2)})
+    assert rows(spark, t) == _expected(2 * ROWS, {5: ("new", "c9", 1), 6: ("k0", "c0", 2)})
     assert result.metrics["numTargetFilesRemoved"] == 1
-    added = new_files(before, file_snapshot(spark, t))
-    assert len(added) == 1
-    assert _dictionary_columns(added[0]) == {"cat"}
+    (added,) = new_files(before, file_snapshot(spark, t))
+    assert _dictionary_columns(added) == {"cat"}
 
 
-def test_inserts_beside_a_rewrite_are_written_like_it_and_alone_as_parquet_chooses(spark, db):
-    t = _table(spark, db, [["cat"], ["cat"]])
+def test_inserts_beside_a_rewrite_are_written_like_it_unless_they_outnumber_its_rows(spark, db):
+    t = _table(spark, db, [["few"], ["few"]])
     before = file_snapshot(spark, t)
     # one update in the first file and new keys past every file: one file rewritten, inserts
-    new = [(i, "k1", f"c{i % 5}", i) for i in range(5000, 5100)]
+    new = [(i, "k1", f"c{i % 5}", i) for i in range(90_000, 90_100)]
     src = source_view(spark, f"{db}_src", SCHEMA, [(5, "k2", "c1", 1), *new])
     merge(spark, t, src, UPSERT)
-    assert rows(spark, t) == sorted(_expected(2000, {5: ("k2", "c1", 1)}) + new)
+    assert rows(spark, t) == sorted(_expected(2 * ROWS, {5: ("k2", "c1", 1)}) + new)
     added = new_files(before, file_snapshot(spark, t))
     assert added and all(_dictionary_columns(p) == {"cat"} for p in added)
-    # an insert-only merge replaces no file: Parquet's default (a dictionary for few and cat)
+    # more inserts than rewritten rows: new rows, not the replaced file's kind; Parquet's default
     before = file_snapshot(spark, t)
-    more = [(i, "k0", f"c{i % 5}", i) for i in range(9000, 9050)]
-    src = source_view(spark, f"{db}_src2", SCHEMA, more)
-    merge(spark, t, src, [{"when": "not_matched", "action": "insert", "values": "*"}])
+    _frame(spark, 100_000, ROWS + 1000).createOrReplaceTempView(f"{db}_many")
+    src = source_view(spark, f"{db}_src2", SCHEMA, [(7, "k2", "c1", 1)])
+    spark.table(src).unionByName(spark.table(f"{db}_many")).createOrReplaceTempView(f"{db}_src3")
+    merge(spark, t, f"{db}_src3", UPSERT)
+    added = new_files(before, file_snapshot(spark, t))
+    assert added and all("few" in _dictionary_columns(p) for p in added)
+    # an insert-only merge replaces no file: Parquet's default
+    before = file_snapshot(spark, t)
+    more = [(i, "k0", f"c{i % 5}", i) for i in range(200_000, 200_050)]
+    merge(spark, t, source_view(spark, f"{db}_src4", SCHEMA, more), INSERT)
     (inserted,) = new_files(before, file_snapshot(spark, t))
     assert _dictionary_columns(inserted) == {"few", "cat"}
 
@@ -92,21 +99,46 @@ def test_inserts_beside_a_rewrite_are_written_like_it_and_alone_as_parquet_choos
 def test_a_column_some_replaced_file_keeps_in_a_dictionary_keeps_trying_one(spark, db):
     # few: plain in the first file, in a dictionary in the second; a merge that rewrites both
     # (a key in each) lets Spark's writer choose for few (its 3 values: a dictionary)
-    t = _table(spark, db, [["cat"], ["few", "cat"]])
+    t = _table(spark, db, [["few"], []])
     before = file_snapshot(spark, t)
-    src = source_view(spark, f"{db}_src", SCHEMA, [(5, "k1", "c1", 1), (1500, "k2", "c2", 2)])
+    src = source_view(spark, f"{db}_src", SCHEMA, [(5, "k1", "c1", 1), (ROWS + 5, "k2", "c2", 2)])
     result = merge(spark, t, src, UPSERT)
-    assert rows(spark, t) == _expected(2000, {5: ("k1", "c1", 1), 1500: ("k2", "c2", 2)})
+    assert rows(spark, t) == _expected(2 * ROWS, {5: ("k1", "c1", 1), ROWS + 5: ("k2", "c2", 2)})
     assert result.metrics["numTargetFilesRemoved"] == 2
     added = new_files(before, file_snapshot(spark, t))
     assert added and all(_dictionary_columns(p) == {"few", "cat"} for p in added)
 
 
-def test_compaction_writes_plain_the_columns_every_small_file_wrote_plain(spark, db):
-    t = _table(spark, db, [["cat"]] * 4, rows_per_file=200)
+def test_a_small_file_says_nothing_of_what_the_writer_would_give_up(spark, db):
+    # below a first page a file's dictionary is given up for its few rows, not its values
+    t = _table(spark, db, [["few"], ["few"]], rows_per_file=1000)
+    before = file_snapshot(spark, t)
+    src = source_view(spark, f"{db}_src", SCHEMA, [(5, "k1", "c1", 1)])
+    merge(spark, t, src, UPSERT)
+    assert rows(spark, t) == _expected(2000, {5: ("k1", "c1", 1)})
+    (added,) = new_files(before, file_snapshot(spark, t))
+    assert _dictionary_columns(added) == {"few", "cat"}
+
+
+def test_compaction_leaves_the_writer_to_choose(spark, db):
+    t = _table(spark, db, [["few"]] * 3)
     before = file_snapshot(spark, t)
     result = optimize(spark, t)
-    assert (result.files_removed, result.files_added) == (4, 1)
-    assert rows(spark, t) == _expected(800, {})
+    assert (result.files_removed, result.files_added) == (3, 1)
+    assert rows(spark, t) == _expected(3 * ROWS)
     (compacted,) = new_files(before, file_snapshot(spark, t))
-    assert _dictionary_columns(compacted) == {"cat"}
+    assert _dictionary_columns(compacted) == {"few", "cat"}
+
+
+def test_the_change_feed_is_written_like_the_rewrite(spark, db):
+    t = _table(spark, db, [["few"], ["few"]])
+    # every row of the first file updated: its change rows fill whole first pages
+    updates = _frame(spark, 0, ROWS).withColumn("many", F.col("many") + 1)
+    updates.createOrReplaceTempView(f"{db}_src")
+    result = merge(spark, t, f"{db}_src", UPSERT, change_data_feed={"table": f"{t}__changes"})
+    assert result.metrics["numTargetRowsUpdated"] == ROWS
+    kinds = spark.table(f"{t}__changes").groupBy("_change_type").count().collect()
+    assert sorted(map(tuple, kinds)) == [("update_postimage", ROWS), ("update_preimage", ROWS)]
+    folder = os.path.join(table_dir(spark, f"{t}__changes"), "_commit_version=1")
+    feed = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".parquet")]
+    assert feed and all(_dictionary_columns(p) == {"cat", "_change_type", "_commit_timestamp"} for p in feed)

@@ -1,15 +1,21 @@
 """Which columns a rewrite writes without a dictionary, from the footers of the files it
-replaces (encodings.py; no Spark needed)."""
+replaces (encodings.py; no Spark needed). The footers here are pyarrow's; the tests that read
+them as parquet-mr's decisions say so (``as_parquet_mr``), and Spark's own are in
+tests/engine/test_encodings.py."""
 
 from __future__ import annotations
 
 import io
+import os
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from pyspark.sql.types import LongType, StringType, StructField
 
-from dbt.adapters.rowmerge.merge.encodings import without_dictionary
+from dbt.adapters.rowmerge.merge import encodings
+from dbt.adapters.rowmerge.merge.encodings import options_like, without_dictionary
 from dbt.adapters.rowmerge.merge.storage import read_parquet_tail
 
 
@@ -27,7 +33,14 @@ def _fields(*names: str) -> list[StructField]:
 ROWS = pa.table({"a": [1, 2, 3, 4], "b": [5, 6, 7, 8], "s": ["x", "y", "x", "y"]})
 
 
-def test_the_columns_no_footer_keeps_in_a_dictionary():
+@pytest.fixture
+def as_parquet_mr(monkeypatch):
+    """pyarrow's footers read as parquet-mr's, with a first page of 2 rows."""
+    monkeypatch.setattr(encodings, "WRITERS", ("parquet-cpp-arrow",))
+    monkeypatch.setattr(encodings, "FIRST_PAGE_ROWS", 2)
+
+
+def test_the_columns_the_writer_gave_up_in_every_footer(as_parquet_mr):
     footers = [_tail(ROWS, ["a"]), _tail(ROWS, ["b"])]
     assert without_dictionary(footers, _fields("a", "b", "s")) == ["s"]
     assert without_dictionary([_tail(ROWS, ["a"])], _fields("a", "b", "s")) == ["b", "s"]
@@ -35,33 +48,78 @@ def test_the_columns_no_footer_keeps_in_a_dictionary():
     assert without_dictionary([_tail(ROWS, False)], _fields("a", "b", "s")) == ["a", "b", "s"]
 
 
-def test_a_dictionary_in_any_row_group_keeps_the_column_trying_one():
-    # pyarrow writes a dictionary per row group; a file with one is as good as a file of them
+def test_a_dictionary_in_any_row_group_keeps_the_column_trying_one(as_parquet_mr):
     tail = _tail(ROWS, ["a"], row_group_size=2)
     assert pq.read_metadata(pa.BufferReader(b"PAR1" + tail)).num_row_groups == 2
     assert without_dictionary([tail], _fields("a", "b")) == ["b"]
 
 
-def test_names_are_the_writes_own_and_matched_without_case():
+def test_only_a_whole_first_page_of_parquet_mr_decides(monkeypatch):
+    plain = _tail(ROWS, False)
+    # another writer's footer says nothing (pyarrow's, unpatched)
+    assert without_dictionary([plain], _fields("a", "b")) == []
+    monkeypatch.setattr(encodings, "WRITERS", ("parquet-cpp-arrow",))
+    monkeypatch.setattr(encodings, "FIRST_PAGE_ROWS", 5)
+    # 4 rows: less than a first page, its dictionary given up for its few rows
+    assert without_dictionary([plain], _fields("a", "b")) == []
+    big = pa.table({"a": list(range(10)), "b": list(range(10))})
+    assert without_dictionary([plain, _tail(big, False)], _fields("a", "b")) == ["a", "b"]
+    # a whole page in one file, a dictionary in a small one: trying
+    assert without_dictionary([_tail(ROWS, ["a"]), _tail(big, False)], _fields("a", "b")) == ["b"]
+
+
+def test_duckdb_files_say_nothing(tmp_path):
+    # DuckDB gives a dictionary up by its own rule (some 50,000 distinct values a row group)
+    path = os.path.join(tmp_path, "d.parquet")
+    duckdb.sql(f"COPY (SELECT range AS a, range % 3 AS b FROM range(30000)) TO '{path}' (FORMAT parquet)")
+    data = open(path, "rb").read()
+    tail = read_parquet_tail(len(data), lambda pos, n: data[pos : pos + n])
+    assert without_dictionary([tail], _fields("a", "b")) == []
+
+
+def test_names_are_the_writes_own_and_matched_without_case(as_parquet_mr):
     # a file written by another engine with lower-case names; the write spells them its way
     assert without_dictionary([_tail(ROWS, ["s"])], _fields("A", "B", "S")) == ["A", "B"]
 
 
-def test_a_column_some_file_lacks_is_left_alone():
+def test_a_column_some_file_lacks_is_left_alone(as_parquet_mr):
     # schema evolution: the column is new to the old file
     old = pa.table({"a": [1, 2]})
     assert without_dictionary([_tail(ROWS, False), _tail(old, False)], _fields("a", "b")) == ["a"]
     assert without_dictionary([_tail(ROWS, False)], _fields("a", "z")) == ["a"]
 
 
-def test_nested_and_dotted_columns_are_left_alone():
+def test_nested_and_dotted_columns_are_left_alone(as_parquet_mr):
     nested = pa.table({"a": [1, 2], "n": [{"x": 1}, {"x": 2}], "d.e": [3, 4]})
     fields = [*_fields("a"), StructField("n", LongType()), StructField("d.e", LongType())]
     assert without_dictionary([_tail(nested, False)], fields) == ["a"]
 
 
-def test_an_empty_file_says_nothing():
+def test_an_empty_file_says_nothing(as_parquet_mr):
     empty = pa.table({"a": pa.array([], pa.int64())})
     assert without_dictionary([_tail(empty, True), _tail(ROWS, False)], _fields("a")) == ["a"]
     assert without_dictionary([_tail(empty, False)], _fields("a")) == []
     assert without_dictionary([], _fields("a")) == []
+
+
+class _Tails:
+    """A storage that holds the tails of named files (or fails to read them)."""
+
+    def __init__(self, tails: dict[str, bytes] | None) -> None:
+        self.tails = tails
+
+    def parquet_tails(self, sizes):
+        if self.tails is None:
+            raise ValueError("no Parquet magic at the end of the file")
+        return {p: self.tails[p] for p in sizes}
+
+
+def test_the_options_name_each_column_and_come_only_for_parquet(as_parquet_mr):
+    storage = _Tails({"f1": _tail(ROWS, ["a"]), "f2": _tail(ROWS, ["a"])})
+    fields = _fields("a", "b", "s")
+    options = options_like(storage, {"f1": 10, "f2": 10}, "parquet", fields)  # type: ignore[arg-type]
+    assert options == {"parquet.enable.dictionary#b": "false", "parquet.enable.dictionary#s": "false"}
+    assert options_like(storage, {"f1": 10}, "orc", fields) == {}  # type: ignore[arg-type]
+    assert options_like(storage, {}, "parquet", fields) == {}  # type: ignore[arg-type]
+    # a footer that cannot be read: Parquet's default, never a failed write
+    assert options_like(_Tails(None), {"f1": 10}, "parquet", fields) == {}  # type: ignore[arg-type]

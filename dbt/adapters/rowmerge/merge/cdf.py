@@ -18,7 +18,7 @@ commit's staging folder next to the data files. The same journal entry moves the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 from pyspark.sql.utils import AnalysisException
 
+from .encodings import options_like
 from .errors import MergeSpecError, UnsupportedTableError, spark_reason
 from .outputs import q
 from .plan import MergePlan
@@ -156,23 +157,31 @@ def stamp_feed(
         .option("basePath", rows_dir)
         .load([f"{rows_dir}/{k}" for k in kinds])
     )
+    # Written with the encodings the data write chose for them (encodings.py).
+    written = {f.path: f.size for k in kinds for f in storage.list_data_files(f"{rows_dir}/{k}")}
+    options = options_like(storage, written, plan.target.file_format, plan.output_fields)
     # The change rows stay where they are (the table's new files are staged beside them):
     # the staging folder goes once the commit is applied.
     return write_feed_rows(
-        rows.withColumnRenamed(KIND, CHANGE_TYPE), plan.output_fields, staging, storage, timestamp
+        rows.withColumnRenamed(KIND, CHANGE_TYPE), plan.output_fields, staging, storage, timestamp, options
     )
 
 
 def write_feed_rows(
-    rows: DataFrame, fields: Sequence[StructField], staging: str, storage: Storage, timestamp: datetime
+    rows: DataFrame,
+    fields: Sequence[StructField],
+    staging: str,
+    storage: Storage,
+    timestamp: datetime,
+    options: Mapping[str, str] | None = None,
 ) -> list[StagedFile]:
     """Write change ``rows`` (``fields`` plus ``_change_type``) stamped with the commit
-    timestamp into ``staging``; return the files."""
+    timestamp into ``staging`` with the writer's ``options``; return the files."""
     # As text: one round trip, not one per column.
     out = rows.selectExpr(
         *[q(f.name) for f in fields],
         q(CHANGE_TYPE),
         f"timestamp_micros({epoch_micros(timestamp)}L) AS {q(COMMIT_TIMESTAMP)}",
     )
-    out.write.format("parquet").save(staging)
+    out.write.format("parquet").options(**dict(options or {})).save(staging)
     return staged_files("parquet", staging, storage)[0]

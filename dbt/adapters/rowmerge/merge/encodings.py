@@ -1,22 +1,28 @@
-"""Parquet writer settings taken from the files a write replaces: no dictionary where they had none.
+"""Parquet writer settings taken from the files a write replaces: no dictionary where their
+writer gave it up.
 
-Parquet's writer starts every column of every file with a dictionary and gives it up, where
-the values are too many to pay (keys, amounts, ids), when the column chunk's first page ends,
-encoding again as plain what it had written. In a file of a table's usual size that first
-page is most of the chunk, so a rewrite pays a dictionary lookup for every value and a
-second encoding, and writes plain anyway. Profiled on the benchmark's table (2M rows in 32
-files, 24 columns, 17 of them plain in every file), that was a quarter of the time of
-writing the rows: the whole-table upsert's write job spent more CPU than the full rewrite's
-scan, shuffle and write together.
+Spark's Parquet writer (parquet-mr) starts every column of every file with a dictionary and,
+where the values are too many to pay (keys, amounts, ids), gives it up when the column's first
+page ends (20,000 rows), encoding again as plain what it had written. In a file of a table's
+usual size that first page is most of the column, so a rewrite pays a dictionary lookup for
+every value and a second encoding, and writes plain anyway. Profiled on the benchmark's table
+(2M rows in 32 files, 24 columns, 17 of them plain in every file) that was a quarter of the
+time of writing the rows: the whole-table upsert's write job spent more CPU than the full
+rewrite's scan, shuffle and write together.
 
-The files a write replaces show how the writer ended for each column. Where no row group of
-any of them has a dictionary page, the write is told not to try one (Parquet's per-column
-``parquet.enable.dictionary#<column>``): it writes what it would have ended with, sooner
-(the same bytes, on the benchmark's files). A column that some replaced file keeps in a
-dictionary keeps trying, as does every column of a write that replaces no file (inserts)
-or only files that are not Parquet; a column whose rows change character (ids that become a
-handful of values) is written plain in the files that replace plain ones, which costs their
-size, never a value.
+The files a rewrite replaces show how the writer decided for each column, on the same kind of
+rows. Where it gave the dictionary up in every replaced file, the write is told not to try
+one (Parquet's per-column ``parquet.enable.dictionary#<column>``): it writes what it would have
+ended with, sooner (the same bytes, on the benchmark's files). Only decisions the writer made
+on a whole first page count: a row group of parquet-mr (or parquet-java) with at least
+:data:`FIRST_PAGE_ROWS` rows. A smaller file (a tiny insert) gives up a dictionary of a few
+distinct values because its values are few, and other writers give it up by other rules
+(DuckDB at some 50,000 distinct values a row group, where parquet-mr keeps one), so neither
+says anything. Any replaced file that keeps the column in a dictionary keeps the write trying
+one; so does every write that replaces no file, and every write whose inserts may outnumber
+the rows it rewrites (:func:`.rewrite.write_changes`: new rows are not the replaced files'
+kind of rows). Compaction leaves the writer to choose: what a rewrite wrote plain is decided
+afresh when compaction rewrites it, should the column's values have become few.
 """
 
 from __future__ import annotations
@@ -31,54 +37,66 @@ from .storage import Storage
 logger = logging.getLogger(__name__)
 
 DICTIONARY_OPTION = "parquet.enable.dictionary"
+# The writers whose decisions are read (footers' created_by), and the rows of their first page
+# (parquet.page.row.count.limit's default): a row group this large saw a whole first page.
+WRITERS = ("parquet-mr", "parquet-java")
+FIRST_PAGE_ROWS = 20_000
 
 
 def without_dictionary(footers: Sequence[bytes], fields: Sequence[StructField]) -> list[str]:
-    """The names (as ``fields`` spell them: the write's columns) of the top-level columns that
-    no row group of any footer in ``footers`` (Parquet tails: ``Storage.parquet_tails``)
-    stores with a dictionary page. A column some footer lacks, or holds nested, is left out;
-    footers of empty files say nothing (none but those: no column).
+    """The names (as ``fields`` spell them: the write's columns) of the top-level columns whose
+    dictionary the writer gave up in every footer of ``footers`` (Parquet tails:
+    ``Storage.parquet_tails``): no row group stores the column with a dictionary page, and some
+    row group of a writer of :data:`WRITERS` with at least :data:`FIRST_PAGE_ROWS` rows stores it
+    plain. A column some non-empty file lacks, or holds nested, is left out.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     # A dot would be read as a path into a struct by the writer's per-column setting.
     names = {f.name.lower(): f.name for f in fields if "." not in f.name}
-    plain = set(names)
-    informed = False
+    candidates = set(names)
+    decided: set[str] = set()  # given up on a whole first page somewhere
     for footer in footers:
         meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
-        if meta.num_row_groups == 0 or meta.num_rows == 0:
+        if meta.num_rows == 0:
             continue  # an empty file says nothing
-        informed = True
+        ours = (meta.created_by or "").startswith(WRITERS)
         seen = set()
         for c in range(meta.num_columns):
             leaf = meta.schema.column(c)
             name = leaf.path.lower()
-            if leaf.name != leaf.path or name not in plain:
+            if leaf.name != leaf.path or name not in candidates:
                 continue
             seen.add(name)
-            if any(meta.row_group(g).column(c).has_dictionary_page for g in range(meta.num_row_groups)):
-                plain.discard(name)
-        plain &= seen
-        if not plain:
+            for g in range(meta.num_row_groups):
+                group = meta.row_group(g)
+                if group.column(c).has_dictionary_page:
+                    candidates.discard(name)
+                    break
+                if ours and group.num_rows >= FIRST_PAGE_ROWS:
+                    decided.add(name)
+        candidates &= seen
+        if not candidates:
             break
-    return [names[n] for n in sorted(plain)] if informed else []
+    return [names[n] for n in sorted(candidates & decided)]
 
 
-def rewrite_options(
-    storage: Storage, replaced: Mapping[str, int], file_format: str, fields: Sequence[StructField]
+def options_like(
+    storage: Storage, files: Mapping[str, int], file_format: str, fields: Sequence[StructField]
 ) -> dict[str, str]:
-    """Writer options for a write of ``fields`` that replaces the files ``replaced`` (path ->
-    bytes): Parquet's dictionary off for the columns they all store without one.
+    """Writer options for a Parquet write of ``fields`` whose rows come from the ``files``
+    (path -> bytes: the files a rewrite replaces, or the change rows a feed is stamped from),
+    in ``file_format``: Parquet's dictionary off for the columns whose dictionary the writer
+    gave up in all of them (:func:`without_dictionary`).
 
     Only their footers are read (a few KB each, a few at a time). An option only changes how
-    fast the file is written, so a footer that cannot be read leaves every column as Parquet's
+    fast a file is written, so a footer that cannot be read leaves every column as Parquet's
     default has it rather than failing the write."""
-    if file_format != "parquet" or not replaced:
+    if file_format != "parquet" or not files:
         return {}
     try:
-        tails = storage.parquet_tails(replaced)
+        tails = storage.parquet_tails(files)
         plain = without_dictionary([tails[p] for p in sorted(tails)], fields) if tails else []
     except Exception as exc:  # noqa: BLE001 - a speed-up only: write as Parquet would
         logger.debug("rowmerge: column encodings of the replaced files not read: %s", exc)

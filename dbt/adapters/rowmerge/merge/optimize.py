@@ -46,7 +46,6 @@ from pyspark.sql.utils import AnalysisException
 
 from . import compaction, faults
 from .compaction import DataFile, Group
-from .encodings import rewrite_options
 from .errors import MergeCommittedError, MergeError, MergeSpecError, spark_reason
 from .filestats import indexed_columns
 from .journal import Entry, Journal, Retention
@@ -531,9 +530,7 @@ def _write(
     # together and, for a group of several files, gives each file its own key range.
     total = sum(g.outputs for g in groups)
     out = rows.repartitionByRange(total, *order).sortWithinPartitions(*order).drop(GROUP)
-    replaced = {f.path: f.size for g in groups for f in g.files}
-    options = rewrite_options(journal.storage, replaced, target.file_format, target.schema.fields)
-    writer = out.write.format(target.file_format).options(**options)
+    writer = out.write.format(target.file_format)
     if target.partition_columns:
         writer = writer.partitionBy(*target.partition_columns)
     writer.save(staging)

@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
-from .encodings import rewrite_options
+from .encodings import options_like
 from .filestats import FileSummary, indexed_columns, summarize_files
 from .journal.layout import TASK_GROUP
 from .key_gaps import rewrite_groups
@@ -559,7 +559,9 @@ def write_changes(
     counts = storage.count_rows(removed, fmt) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     cap = rewrite_file_cap(counts, expected) if counts else None
-    options = rewrite_options(storage, removed, fmt, plan.output_fields)
+    # Written as the replaced files were, unless the inserts may outnumber their rows.
+    like = removed if expected <= sum(counts.values()) else {}
+    options = options_like(storage, like, fmt, plan.output_fields)
     with single_partitions_kept(spark) if single else nullcontext():
         listed = save_rows(spark, plan, out, staging, feed_dir, cap, grouped=grouped, options=options)
     fields = indexed_columns(plan.output_fields, pcols)
@@ -642,7 +644,7 @@ def save_rows(
     that folder, each output in a folder of its own (see :func:`feed_rows`); at most ``cap``
     rows per file; ``grouped``: in a folder per task group first (:func:`_task_group`), which
     the journal drops from the path when it places the files (``journal.layout.placed``);
-    ``options``: the writer's (:func:`.encodings.rewrite_options`).
+    ``options``: the writer's (:func:`.encodings.options_like`).
     Return the folder holding the table's new files."""
     pcols = [*([TASK_GROUP] if grouped else []), *plan.target.partition_columns]
     writer = out.write.format(plan.target.file_format).options(**dict(options or {}))
