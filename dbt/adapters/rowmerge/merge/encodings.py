@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql.types import StructField
 
+from .filestats import footer_metadata
 from .storage import Storage
 
 logger = logging.getLogger(__name__)
@@ -50,15 +51,12 @@ def without_dictionary(footers: Sequence[bytes], fields: Sequence[StructField]) 
     row group of a writer of :data:`WRITERS` with at least :data:`FIRST_PAGE_ROWS` rows stores it
     plain. A column some non-empty file lacks, or holds nested, is left out.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     # A dot would be read as a path into a struct by the writer's per-column setting.
     names = {f.name.lower(): f.name for f in fields if "." not in f.name}
     candidates = set(names)
     decided: set[str] = set()  # given up on a whole first page somewhere
     for footer in footers:
-        meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
+        meta = footer_metadata(footer)
         if meta.num_rows == 0:
             continue  # an empty file says nothing
         ours = (meta.created_by or "").startswith(WRITERS)

@@ -140,6 +140,15 @@ def parse_summary(rows: int | None, raw: Any, fields: Sequence[StructField]) -> 
     return FileSummary(rows, columns)
 
 
+def footer_metadata(tail: bytes) -> Any:
+    """pyarrow's metadata of a Parquet file from its tail (``Storage.parquet_tail``: footer,
+    length and magic), read as a whole file holding nothing else."""
+    import pyarrow as pa  # imported where needed, as the engine does elsewhere
+    import pyarrow.parquet as pq
+
+    return pq.read_metadata(pa.BufferReader(b"PAR1" + tail))
+
+
 def summarize_footer(footer: bytes, fields: Sequence[StructField]) -> FileSummary:
     """Row count and column ranges of one Parquet file, from its footer bytes.
 
@@ -147,10 +156,7 @@ def summarize_footer(footer: bytes, fields: Sequence[StructField]) -> FileSummar
     ``Storage.parquet_footers``). A column lacking a min/max in any row group that holds a
     non-NULL value gets no range.
     """
-    import pyarrow as pa  # the engine's only pyarrow use; imported where needed
-    import pyarrow.parquet as pq
-
-    meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
+    meta = footer_metadata(footer)
     wanted = {f.name.lower(): f for f in fields if indexable(f)}
     columns: dict[str, ColumnRange] = {}
     schema = meta.schema
