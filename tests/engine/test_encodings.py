@@ -1,12 +1,14 @@
 """A merge's rewrite writes Parquet's columns without a dictionary where Spark's writer gave it
 up in every file it replaces, and only there (encodings.py): beside its inserts, in its change
-feed; not for tiny files, inserts that outnumber the rewritten rows, or compaction."""
+feed; not for tiny files, inserts that outnumber the rewritten rows, or compaction. A write that
+replaces no file follows the table's largest file while it inserts no more than that holds."""
 
 from __future__ import annotations
 
 import os
 
 import pyarrow.parquet as pq
+import pytest
 from pyspark.sql import functions as F
 
 from dbt.adapters.rowmerge.merge import optimize
@@ -45,6 +47,10 @@ def _table(spark, db: str, plain: list[list[str]], rows_per_file: int = ROWS) ->
 def _expected(n: int, changed: dict[int, tuple[str, str, int]] | None = None) -> list[tuple]:
     changed = changed or {}
     return sorted((i, *changed.get(i, (f"k{i % 3}", f"c{i % 5}", i * 7919))) for i in range(n))
+
+
+def _expected_range(first: int, n: int) -> list[tuple]:
+    return [(i, f"k{i % 3}", f"c{i % 5}", i * 7919) for i in range(first, first + n)]
 
 
 def _dictionary_columns(path: str) -> set[str]:
@@ -88,12 +94,50 @@ def test_inserts_beside_a_rewrite_are_written_like_it_unless_they_outnumber_its_
     merge(spark, t, f"{db}_src3", UPSERT)
     added = new_files(before, file_snapshot(spark, t))
     assert added and all("few" in _dictionary_columns(p) for p in added)
-    # an insert-only merge replaces no file: Parquet's default
+
+
+@pytest.mark.parametrize(("inserted", "dictionaries"), [(100, {"cat"}), (ROWS + 1000, {"few", "cat"})])
+def test_an_insert_follows_the_tables_largest_file_while_it_holds_no_more_rows(
+    spark, db, inserted: int, dictionaries: set[str]
+):
+    # few: plain in the larger file (as if the writer had given it up), a dictionary in the other
+    t = _table(spark, db, [["few"]])
+    _frame(spark, ROWS, 1000).coalesce(1).write.mode("append").parquet(table_dir(spark, t))
+    spark.catalog.refreshTable(t)
     before = file_snapshot(spark, t)
-    more = [(i, "k0", f"c{i % 5}", i) for i in range(200_000, 200_050)]
-    merge(spark, t, source_view(spark, f"{db}_src4", SCHEMA, more), INSERT)
+    # new keys past every file: an upsert that inserts only, the usual path (it writes the
+    # source's rows after counting them)
+    _frame(spark, 100_000, inserted).createOrReplaceTempView(f"{db}_src")
+    result = merge(spark, t, f"{db}_src", UPSERT)
+    assert result.metrics["directInsert"] == 0
+    assert result.metrics["numTargetRowsInserted"] == inserted
+    assert rows(spark, t) == sorted(_expected(ROWS + 1000) + _expected_range(100_000, inserted))
+    added = new_files(before, file_snapshot(spark, t))
+    assert added and all(_dictionary_columns(p) == dictionaries for p in added)
+
+
+def test_a_direct_insert_follows_the_largest_file_while_the_source_is_no_larger(spark, db):
+    t = _table(spark, db, [["few"]])
+    largest = max(file_snapshot(spark, t).values())[0]
+    # a small source (its estimate is below the file's bytes), written as it is read
+    before = file_snapshot(spark, t)
+    _frame(spark, 100_000, 100).createOrReplaceTempView(f"{db}_small")
+    result = merge(spark, t, f"{db}_small", INSERT)
+    assert result.metrics["directInsert"] == 1
     (inserted,) = new_files(before, file_snapshot(spark, t))
-    assert _dictionary_columns(inserted) == {"few", "cat"}
+    assert _dictionary_columns(inserted) == {"cat"}
+    # a source Spark estimates larger than the file: Parquet's default
+    big = _frame(spark, 200_000, 3 * ROWS)
+    assert int(str(big._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())) > largest
+    big.createOrReplaceTempView(f"{db}_big")
+    before = file_snapshot(spark, t)
+    result = merge(spark, t, f"{db}_big", INSERT)
+    assert result.metrics["directInsert"] == 1
+    added = new_files(before, file_snapshot(spark, t))
+    assert added and all(_dictionary_columns(p) == {"few", "cat"} for p in added)
+    assert rows(spark, t) == sorted(
+        _expected(ROWS) + _expected_range(100_000, 100) + _expected_range(200_000, 3 * ROWS)
+    )
 
 
 def test_a_column_some_replaced_file_keeps_in_a_dictionary_keeps_trying_one(spark, db):

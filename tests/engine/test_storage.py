@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dbt.adapters.rowmerge.merge import storage as storage_module
+from dbt.adapters.rowmerge.merge.errors import UnreadableFileError
 from dbt.adapters.rowmerge.merge.storage import HadoopStorage
 from dbt.adapters.rowmerge.merge.storage_arrow import ArrowStorage
 
@@ -33,6 +34,29 @@ def _write(
 def test_count_rows_reads_each_footer(spark: SparkSession, tmp_path: Path, fmt: str) -> None:
     sizes, rows = _write(spark, tmp_path, fmt, [0, 1, 7, 2500])
     assert HadoopStorage(spark).count_rows(sizes, fmt) == rows
+
+
+def test_count_rows_can_keep_the_tails_it_read_the_rows_from(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One read of each footer gives both the rows and the tail (encodings.py reads the rest);
+    a file that is not Parquet is refused by name, as without them."""
+    sizes, rows = _write(spark, tmp_path, "parquet", [0, 7, 2500])
+    st = HadoopStorage(spark)
+    for threads in (8, 1):  # in the caller's thread, and a few at a time
+        monkeypatch.setattr(storage_module, "FOOTER_THREADS", threads)
+        tails: dict[str, bytes] = {}
+        assert st.count_rows(sizes, "parquet", tails) == rows
+        assert tails == {p: st.parquet_tail(p, sizes[p]) for p, n in sizes.items() if sizes[p] > 0}
+        assert sorted(rows[p] for p in tails) == [0, 7, 2500]  # an empty Parquet file has a footer
+    stray = tmp_path / "notes.csv"
+    stray.write_text("a,b\n1,2\n")
+    with pytest.raises(UnreadableFileError, match="notes.csv"):
+        st.count_rows({**sizes, str(stray): os.path.getsize(stray)}, "parquet", {})
+    # ORC keeps no tails
+    orc_sizes, orc_rows = _write(spark, tmp_path / "orc", "orc", [3])
+    kept: dict[str, bytes] = {}
+    assert st.count_rows(orc_sizes, "orc", kept) == orc_rows and kept == {}
 
 
 def test_count_rows_many_files_in_parallel_and_unqualified_paths(

@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField
 
 from dbt.adapters.rowmerge.merge import encodings
-from dbt.adapters.rowmerge.merge.encodings import options_like, without_dictionary
+from dbt.adapters.rowmerge.merge.encodings import insert_options, options_like, without_dictionary
 from dbt.adapters.rowmerge.merge.storage import read_parquet_tail
 
 
@@ -107,11 +107,19 @@ class _Tails:
 
     def __init__(self, tails: dict[str, bytes] | None) -> None:
         self.tails = tails
+        self.read: list[str] = []
 
-    def parquet_tails(self, sizes):
+    def qualify(self, path: str) -> str:
+        return path
+
+    def parquet_tail(self, path: str, size: int) -> bytes:
+        self.read.append(path)
         if self.tails is None:
             raise ValueError("no Parquet magic at the end of the file")
-        return {p: self.tails[p] for p in sizes}
+        return self.tails[path]
+
+    def parquet_tails(self, sizes):
+        return {p: self.parquet_tail(p, sizes[p]) for p in sizes}
 
 
 def test_the_options_name_each_column_and_come_only_for_parquet(as_parquet_mr):
@@ -123,3 +131,36 @@ def test_the_options_name_each_column_and_come_only_for_parquet(as_parquet_mr):
     assert options_like(storage, {}, "parquet", fields) == {}  # type: ignore[arg-type]
     # a footer that cannot be read: Parquet's default, never a failed write
     assert options_like(_Tails(None), {"f1": 10}, "parquet", fields) == {}  # type: ignore[arg-type]
+
+
+def test_tails_read_already_are_not_read_again(as_parquet_mr):
+    storage = _Tails({"f1": _tail(ROWS, ["a"]), "f2": _tail(ROWS, True)})
+    fields = _fields("a", "b", "s")
+    tails = {"f1": storage.tails["f1"]}  # type: ignore[index]
+    # only the files asked about count, from the tails given
+    assert options_like(storage, {"f1": 10}, "parquet", fields, tails) == {  # type: ignore[arg-type]
+        "parquet.enable.dictionary#b": "false",
+        "parquet.enable.dictionary#s": "false",
+    }
+    assert storage.read == []
+
+
+def test_an_insert_follows_the_tables_largest_file_while_it_holds_no_more(as_parquet_mr):
+    big = pa.table({"a": list(range(6)), "b": list(range(6)), "s": ["x"] * 6})
+    storage = _Tails({"small": _tail(ROWS, False), "large": _tail(big, ["s"])})
+    files = {"small": 100, "large": 300}
+    fields = _fields("a", "b", "s")
+    plain = {"parquet.enable.dictionary#a": "false", "parquet.enable.dictionary#b": "false"}
+    # the largest file's decisions, one footer read; by rows counted, or the source's estimate
+    assert insert_options(storage, files, "parquet", fields, rows=6) == plain  # type: ignore[arg-type]
+    assert storage.read == ["large"]
+    assert insert_options(storage, files, "parquet", fields, source_bytes=300) == plain  # type: ignore[arg-type]
+    # more rows or bytes than it holds, or a size not known: Parquet's default
+    assert insert_options(storage, files, "parquet", fields, rows=7) == {}  # type: ignore[arg-type]
+    assert insert_options(storage, files, "parquet", fields, source_bytes=301) == {}  # type: ignore[arg-type]
+    assert insert_options(storage, files, "parquet", fields, source_bytes=-1) == {}  # type: ignore[arg-type]
+    assert insert_options(storage, files, "parquet", fields) == {}  # type: ignore[arg-type]
+    # ORC, an empty table, an unreadable footer: Parquet's default, never a failed write
+    assert insert_options(storage, files, "orc", fields, rows=1) == {}  # type: ignore[arg-type]
+    assert insert_options(storage, {}, "parquet", fields, rows=1) == {}  # type: ignore[arg-type]
+    assert insert_options(_Tails(None), files, "parquet", fields, rows=1) == {}  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ A lost bet costs the job that read the source; the usual path's two jobs follow.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
@@ -34,6 +35,7 @@ from uuid import uuid4
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from .encodings import insert_options
 from .filestats import indexed_columns
 from .journal import Entry, Staging
 from .outputs import PREFIX, enforce_constraints, inserts
@@ -46,6 +48,17 @@ from .storage import Storage, is_connect
 # reads it in one task. Spark's estimate of a scan is its files' size (a filter does not lower
 # it), so a source that filters a large table is never read by one task.
 DIRECT_SOURCE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DirectBet:
+    """The bet :func:`direct_insert` takes: ``inside`` is the SQL over the source's alias, true
+    where a row's keys lie inside the files' ranges; ``source_bytes`` Spark's estimate of the
+    source's size, which also tells how its inserts may be written
+    (:func:`.encodings.insert_options`)."""
+
+    inside: str
+    source_bytes: int
 
 
 @dataclass(frozen=True)
@@ -65,18 +78,19 @@ def direct_insert(
     inside: str | None,
     previous: Entry | None,
     raw_source: DataFrame,
-) -> str | None:
-    """``inside`` (the SQL of :func:`.filestats.within_all_ranges` over every key column's
-    files' ranges, None where none bounds every file) when the merge should bet on the direct
-    write (see the module doc), else None. ``previous``: the version of the merge this one
-    follows (:func:`.run._merge_before`)."""
+) -> DirectBet | None:
+    """The bet on ``inside`` (the SQL of :func:`.filestats.within_all_ranges` over every key
+    column's files' ranges, None where none bounds every file) when the merge should take it
+    (see the module doc), else None. ``previous``: the version of the merge this one follows
+    (:func:`.run._merge_before`)."""
     if inside is None or is_connect(spark) or not plan.not_matched or plan.not_matched_by_source:
         return None
     if not _outside_before(plan, previous):
         return None
-    if not 0 <= _estimated_bytes(raw_source) <= DIRECT_SOURCE_BYTES:
+    estimate = _estimated_bytes(raw_source)
+    if not 0 <= estimate <= DIRECT_SOURCE_BYTES:
         return None
-    return inside
+    return DirectBet(inside, estimate)
 
 
 def _outside_before(plan: MergePlan, entry: Entry | None) -> bool:
@@ -103,22 +117,28 @@ def write_direct(
     spark: SparkSession,
     plan: MergePlan,
     raw_source: DataFrame,
-    inside: str,
+    bet: DirectBet,
     staging: Staging,
     storage: Storage,
     feed: bool,
+    table_files: Mapping[str, int],
 ) -> DirectInsert:
     """Read ``raw_source`` once: write into ``staging`` the inserts of its rows outside the
-    files' ranges (``inside``: :func:`.filestats.within_all_ranges`), and count its rows,
+    files' ranges (``bet.inside``: :func:`.filestats.within_all_ranges`), and count its rows,
     those with a NULL key and those inside. The caller discards the write when any row was
     inside. With ``feed`` the same job writes the inserts' change rows, as the usual path does
-    (:func:`.rewrite.feed_rows`), for :func:`.cdf.stamp_feed` to stamp."""
+    (:func:`.rewrite.feed_rows`), for :func:`.cdf.stamp_feed` to stamp. ``table_files``: the
+    table's files (path -> bytes), whose encodings the inserts follow when the source is no
+    larger than the largest of them (:func:`.encodings.insert_options`)."""
+    inside = bet.inside
     aliased = raw_source.alias(plan.sa)
     observed = Observation(f"{PREFIX}direct_{uuid4().hex}")
     outside = aliased.observe(observed, *row_counts(plan, inside)).where(~F.expr(inside)).alias(plan.sa)
     rows = spread_inserts(plan, enforce_constraints(plan, inserts(plan, outside)), 0, feed)
     feed_dir = staging.feed_rows_dir if feed else None
-    listed = save_rows(spark, plan, rows, staging.data_dir, feed_dir, ROWS_PER_INSERT_FILE)
+    fmt = plan.target.file_format
+    options = insert_options(storage, table_files, fmt, plan.output_fields, source_bytes=bet.source_bytes)
+    listed = save_rows(spark, plan, rows, staging.data_dir, feed_dir, ROWS_PER_INSERT_FILE, options=options)
     row: dict[str, Any] = observed.get
     found = int(row["may_match"])
     staged = None

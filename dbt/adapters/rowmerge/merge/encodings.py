@@ -19,10 +19,14 @@ on a whole first page count: a row group of parquet-mr (or parquet-java) with at
 distinct values because its values are few, and other writers give it up by other rules
 (DuckDB at some 50,000 distinct values a row group, where parquet-mr keeps one), so neither
 says anything. Any replaced file that keeps the column in a dictionary keeps the write trying
-one; so does every write that replaces no file, and every write whose inserts may outnumber
-the rows it rewrites (:func:`.rewrite.write_changes`: new rows are not the replaced files'
-kind of rows). Compaction leaves the writer to choose: what a rewrite wrote plain is decided
-afresh when compaction rewrites it, should the column's values have become few.
+one; so does every write whose inserts may outnumber the rows it rewrites
+(:func:`.rewrite.write_changes`: new rows are the replaced files' kind of rows only so far).
+A write that replaces no file (an insert) follows the table's largest file, when it inserts
+no more than that file holds (:func:`insert_options`): a small insert is where the attempt
+costs most, as it spends a first page of every column on it (profiled on the benchmark's
+24,000-row insert: half of its task's time). Compaction leaves the writer to choose: what a
+write made plain is decided afresh when compaction rewrites it, should the column's values
+have become few.
 """
 
 from __future__ import annotations
@@ -32,8 +36,7 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql.types import StructField
 
-from .filestats import footer_metadata
-from .storage import Storage
+from .storage import Storage, footer_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -81,22 +84,67 @@ def without_dictionary(footers: Sequence[bytes], fields: Sequence[StructField]) 
 
 
 def options_like(
-    storage: Storage, files: Mapping[str, int], file_format: str, fields: Sequence[StructField]
+    storage: Storage,
+    files: Mapping[str, int],
+    file_format: str,
+    fields: Sequence[StructField],
+    tails: Mapping[str, bytes] | None = None,
 ) -> dict[str, str]:
     """Writer options for a Parquet write of ``fields`` whose rows come from the ``files``
     (path -> bytes: the files a rewrite replaces, or the change rows a feed is stamped from),
     in ``file_format``: Parquet's dictionary off for the columns whose dictionary the writer
     gave up in all of them (:func:`without_dictionary`).
 
-    Only their footers are read (a few KB each, a few at a time). An option only changes how
-    fast a file is written, so a footer that cannot be read leaves every column as Parquet's
-    default has it rather than failing the write."""
+    Only their footers are read (a few KB each, a few at a time), unless ``tails`` holds them
+    already (by qualified path: :meth:`.storage.Storage.count_rows` keeps them). An option only
+    changes how fast a file is written, so a footer that cannot be read leaves every column as
+    Parquet's default has it rather than failing the write."""
     if file_format != "parquet" or not files:
         return {}
     try:
-        tails = storage.parquet_tails(files)
+        if tails is None:
+            tails = storage.parquet_tails(files)
+        else:
+            tails = {q: tails[q] for q in map(storage.qualify, files) if q in tails}
         plain = without_dictionary([tails[p] for p in sorted(tails)], fields) if tails else []
     except Exception as exc:  # noqa: BLE001 - a speed-up only: write as Parquet would
         logger.debug("rowmerge: column encodings of the replaced files not read: %s", exc)
         return {}
+    return _options(plain)
+
+
+def insert_options(
+    storage: Storage,
+    table_files: Mapping[str, int],
+    file_format: str,
+    fields: Sequence[StructField],
+    rows: int | None = None,
+    source_bytes: int | None = None,
+) -> dict[str, str]:
+    """Writer options for a write that only inserts (it replaces no file) into a table of
+    ``table_files`` (path -> bytes): as :func:`options_like` says for the table's largest file,
+    the one most likely to hold whole first pages (one footer read).
+
+    New rows are the table's kind of rows only as far as its files can tell: the options apply
+    when the inserts are no more than that file holds: ``rows`` at most its rows, or, where the
+    rows are not counted before the write (:mod:`.direct`), the source's estimated
+    ``source_bytes`` at most its bytes. A larger insert, or one whose size is unknown, keeps
+    Parquet's default. (The time a dictionary attempt costs is bounded by the first page of
+    each file written: it is a small insert's time that it dominates.)"""
+    if file_format != "parquet" or not table_files or (rows is None and source_bytes is None):
+        return {}
+    path, size = max(table_files.items(), key=lambda kv: (kv[1], kv[0]))
+    if source_bytes is not None and not 0 <= source_bytes <= size:
+        return {}
+    try:
+        tail = storage.parquet_tail(path, size)
+        held = int(footer_metadata(tail).num_rows)
+        plain = without_dictionary([tail], fields) if rows is None or rows <= held else []
+    except Exception as exc:  # noqa: BLE001 - a speed-up only: write as Parquet would
+        logger.debug("rowmerge: column encodings of %s not read: %s", path, exc)
+        return {}
+    return _options(plain)
+
+
+def _options(plain: Sequence[str]) -> dict[str, str]:
     return {f"{DICTIONARY_OPTION}#{name}": "false" for name in plain}

@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 )
 
 from .sqltext import sql_string
-from .storage import Storage
+from .storage import Storage, footer_metadata
 from .table import CHAR_VARCHAR_KEY
 
 # Like Delta's dataSkippingNumIndexedCols: statistics for the first this-many indexable columns.
@@ -138,15 +138,6 @@ def parse_summary(rows: int | None, raw: Any, fields: Sequence[StructField]) -> 
         if low <= high:
             columns[f.name.lower()] = ColumnRange(low, high, nulls if isinstance(nulls, int) else None)
     return FileSummary(rows, columns)
-
-
-def footer_metadata(tail: bytes) -> Any:
-    """pyarrow's metadata of a Parquet file from its tail (``Storage.parquet_tail``: footer,
-    length and magic), read as a whole file holding nothing else."""
-    import pyarrow as pa  # imported where needed, as the engine does elsewhere
-    import pyarrow.parquet as pq
-
-    return pq.read_metadata(pa.BufferReader(b"PAR1" + tail))
 
 
 def summarize_footer(footer: bytes, fields: Sequence[StructField]) -> FileSummary:

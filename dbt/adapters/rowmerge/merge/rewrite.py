@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
-from .encodings import options_like
+from .encodings import insert_options, options_like
 from .filestats import FileSummary, indexed_columns, summarize_files
 from .journal.layout import TASK_GROUP
 from .key_gaps import rewrite_groups
@@ -516,6 +516,7 @@ def write_changes(
     one_pass: OnePass | None = None,
     feed_dir: str | None = None,
     groups: Sequence[Sequence[str]] | None = None,
+    table_files: Mapping[str, int] | None = None,
 ) -> tuple[list[StagedFile], dict[str, int]]:
     """Write rewritten + inserted rows into ``staging``.
 
@@ -527,7 +528,8 @@ def write_changes(
     files and the change feed's rows, each output in a folder of its own (see
     :func:`feed_rows`), and ``staging`` is not used. ``groups``: the touched files in groups
     of key neighbours (:func:`task_groups`); with more than one, each file's rows go to files
-    of their own.
+    of their own. ``table_files``: the table's files (path -> bytes), whose encodings a write
+    that replaces none follows (:func:`.encodings.insert_options`).
     """
     pcols = list(plan.target.partition_columns)
     parts: list[DataFrame] = []
@@ -556,12 +558,16 @@ def write_changes(
         return [], {}
     fmt = plan.target.file_format
     removed = {storage.from_spark_path(f.path): f.size for f in scan.touched} if scan else {}
-    counts = storage.count_rows(removed, fmt) if removed else {}
+    tails: dict[str, bytes] = {}
+    counts = storage.count_rows(removed, fmt, tails) if removed else {}
     out = reduce(lambda a, b: a.unionByName(b), parts)
     cap = rewrite_file_cap(counts, expected) if counts else None
-    # Written as the replaced files were, unless the inserts may outnumber their rows.
-    like = removed if expected <= sum(counts.values()) else {}
-    options = options_like(storage, like, fmt, plan.output_fields)
+    if removed:
+        # Written as the replaced files were, unless the inserts may outnumber their rows.
+        like = removed if expected <= sum(counts.values()) else {}
+        options = options_like(storage, like, fmt, plan.output_fields, tails)
+    else:
+        options = insert_options(storage, table_files or {}, fmt, plan.output_fields, rows=expected)
     with single_partitions_kept(spark) if single else nullcontext():
         listed = save_rows(spark, plan, out, staging, feed_dir, cap, grouped=grouped, options=options)
     fields = indexed_columns(plan.output_fields, pcols)

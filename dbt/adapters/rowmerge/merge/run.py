@@ -48,7 +48,7 @@ from pyspark.sql.utils import AnalysisException
 
 from . import calls, faults, feed_owner
 from .cdf import ChangesTable, feed_schema, prepare_changes_table, stamp_feed
-from .direct import DirectInsert, direct_insert, write_direct
+from .direct import DirectBet, DirectInsert, direct_insert, write_direct
 from .errors import (
     CastError,
     ConcurrentMergeError,
@@ -176,9 +176,9 @@ class Commit:
     skipping: Skipping | None  # how footer statistics rule files out (None: they cannot)
     cluster_by: tuple[str, ...] | None = None  # the table's clustering after this version
     retention: Retention | None = None  # the table's retention after this version
-    # SQL over the source's alias, true where a row's keys lie inside the files' ranges, when
-    # the merge bets that no row does and writes the inserts as it reads the source (direct.py)
-    direct: str | None = None
+    # The bet that no source row's keys lie inside the files' ranges, when the merge takes it
+    # and writes the inserts as it reads the source (direct.py)
+    direct: DirectBet | None = None
     # The same SQL whenever every file's range of some key is known, bet or not: the source's
     # statistics count the rows inside (numSourceRowsOutsideRanges: the evidence the next merge
     # bets on), also where no key's ranges rule a file out (a table of one file)
@@ -186,6 +186,10 @@ class Commit:
     # Whether the merge may bet that every candidate file is touched (the one-pass write):
     # see _bets_on_candidates.
     bets: bool = True
+
+    def file_sizes(self) -> dict[str, int]:
+        """The table's files (path -> bytes) as the merge read them."""
+        return {p: f.size for p, f in self.snapshot.items()}
 
 
 def run_merge(spark: SparkSession, spec: Mapping[str, Any] | MergeSpec) -> MergeResult:
@@ -394,7 +398,14 @@ def _write_directly(
         )
         with timed(metrics, "rewriteTimeMs"):
             found = write_direct(
-                spark, plan, raw_source, commit.direct, staging, journal.storage, commit.changes is not None
+                spark,
+                plan,
+                raw_source,
+                commit.direct,
+                staging,
+                journal.storage,
+                commit.changes is not None,
+                commit.file_sizes(),
             )
         if found.staged is not None:
             kept = True
@@ -664,6 +675,7 @@ def _merge(
                     journal.storage,
                     feed_dir=feed_dir,
                     groups=groups,
+                    table_files=commit.file_sizes(),
                 )
             if lost is not None:
                 # The bound the write was sized by, made exact: rows written less the rows

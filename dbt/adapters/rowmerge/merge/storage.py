@@ -163,31 +163,43 @@ class Storage(ABC):
     def footer_rows(self, path: str, file_format: str) -> int:
         """Rows of one non-empty Parquet (``parquet``) or ORC (``orc``) file, from its footer."""
 
-    def count_rows(self, sizes: Mapping[str, int], file_format: str) -> dict[str, int]:
+    def count_rows(
+        self, sizes: Mapping[str, int], file_format: str, tails: dict[str, bytes] | None = None
+    ) -> dict[str, int]:
         """Rows in each Parquet/ORC file of ``sizes`` (path -> bytes), by qualified path, from
         footers; a file of 0 bytes holds no rows.
 
         Only footers are read (a few KB per file), never data, so counting the files a merge
         replaces costs milliseconds however large they are; remote footers are fetched a few
-        at a time.
+        at a time. ``tails``: for Parquet, the rows are read from each file's tail
+        (:meth:`parquet_tail`), which is kept there by qualified path, for a caller that reads
+        more of the footer than the rows (:mod:`.encodings`) without reading it twice.
         """
         if file_format not in ("parquet", "orc"):
             raise ValueError(f"cannot count rows of {file_format!r} files")
         qualified = {self.qualify(p): size for p, size in sizes.items()}
         rows = {p: 0 for p, size in qualified.items() if size == 0}
         todo = sorted(p for p, size in qualified.items() if size != 0)
+
+        def rows_of(path: str) -> int:
+            if tails is None or file_format != "parquet":
+                return self.footer_rows(path, file_format)
+            tail = tails[path] = self.parquet_tail(path, qualified[path])
+            return int(footer_metadata(tail).num_rows)
+
         if len(todo) <= FOOTER_THREADS:
-            rows.update((p, self._footer_rows_of_data_file(p, file_format)) for p in todo)
+            rows.update((p, self._rows_of_data_file(p, file_format, rows_of)) for p in todo)
         else:
             with ThreadPoolExecutor(FOOTER_THREADS) as pool:
-                footer_rows = calls.joined(lambda p: self._footer_rows_of_data_file(p, file_format))
-                rows.update(zip(todo, pool.map(footer_rows, todo), strict=True))
+                counted = calls.joined(lambda p: self._rows_of_data_file(p, file_format, rows_of))
+                rows.update(zip(todo, pool.map(counted, todo), strict=True))
         return rows
 
-    def _footer_rows_of_data_file(self, path: str, file_format: str) -> int:
-        """:meth:`footer_rows`, or the error that names a file which is not a data file."""
+    def _rows_of_data_file(self, path: str, file_format: str, rows_of: Any) -> int:
+        """``rows_of(path)`` (rows from the file's footer), or the error that names a file which
+        is not a data file."""
         try:
-            return self.footer_rows(path, file_format)
+            return int(rows_of(path))
         except Exception as exc:  # noqa: BLE001 - pyarrow, py4j: any reader's refusal
             if not self.exists(path):
                 raise  # gone meanwhile: a concurrent writer, which the commit's check reports
@@ -802,6 +814,15 @@ def read_parquet_tail(size: int, read: Any) -> bytes:
     if not 0 < length <= size - 12:
         raise ValueError(f"footer length {length} does not fit a file of {size} bytes")
     return read(size - 8 - length, length) + end
+
+
+def footer_metadata(tail: bytes) -> Any:
+    """pyarrow's metadata of a Parquet file from its tail (:meth:`Storage.parquet_tail`: footer,
+    length and magic), read as a whole file holding nothing else."""
+    import pyarrow as pa  # imported where needed, as the engine does elsewhere
+    import pyarrow.parquet as pq
+
+    return pq.read_metadata(pa.BufferReader(b"PAR1" + tail))
 
 
 def _vanished(exc: BaseException) -> bool:
