@@ -47,12 +47,21 @@ def test_count_rows_can_keep_the_tails_it_read_the_rows_from(
         monkeypatch.setattr(storage_module, "FOOTER_THREADS", threads)
         tails: dict[str, bytes] = {}
         assert st.count_rows(sizes, "parquet", tails) == rows
-        assert tails == {p: st.parquet_tail(p, sizes[p]) for p, n in sizes.items() if sizes[p] > 0}
+        assert tails == {p: st.parquet_tail(p, size) for p, size in sizes.items() if size > 0}
         assert sorted(rows[p] for p in tails) == [0, 7, 2500]  # an empty Parquet file has a footer
     stray = tmp_path / "notes.csv"
     stray.write_text("a,b\n1,2\n")
     with pytest.raises(UnreadableFileError, match="notes.csv"):
         st.count_rows({**sizes, str(stray): os.path.getsize(stray)}, "parquet", {})
+    # a footer pyarrow cannot parse (an encrypted one, say) is counted by the reader without
+    # tails, and its tail is not kept
+    with monkeypatch.context() as m:
+        m.setattr(storage_module, "footer_metadata", lambda tail: 1 / 0)
+        read: list[str] = []
+        m.setattr(HadoopStorage, "footer_rows", lambda self, p, fmt: read.append(p) or rows[p])
+        kept_none: dict[str, bytes] = {}
+        assert st.count_rows(sizes, "parquet", kept_none) == rows
+        assert kept_none == {} and sorted(read) == sorted(p for p, size in sizes.items() if size > 0)
     # ORC keeps no tails
     orc_sizes, orc_rows = _write(spark, tmp_path / "orc", "orc", [3])
     kept: dict[str, bytes] = {}

@@ -95,6 +95,14 @@ def test_nested_and_dotted_columns_are_left_alone(as_parquet_mr):
     assert without_dictionary([_tail(nested, False)], fields) == ["a"]
 
 
+def test_only_values_fill_a_first_page(as_parquet_mr):
+    # a column added since: NULL in the old rows; too few values to decide anything
+    sparse = pa.table({"a": [1, 2, 3, 4], "n": pa.array([None, None, None, 5], pa.int64())})
+    assert without_dictionary([_tail(sparse, False)], _fields("a", "n")) == ["a"]
+    filled = pa.table({"a": [1, 2, 3, 4], "n": pa.array([None, None, 6, 5], pa.int64())})
+    assert without_dictionary([_tail(filled, False)], _fields("a", "n")) == ["a", "n"]
+
+
 def test_an_empty_file_says_nothing(as_parquet_mr):
     empty = pa.table({"a": pa.array([], pa.int64())})
     assert without_dictionary([_tail(empty, True), _tail(ROWS, False)], _fields("a")) == ["a"]
@@ -143,6 +151,8 @@ def test_tails_read_already_are_not_read_again(as_parquet_mr):
         "parquet.enable.dictionary#s": "false",
     }
     assert storage.read == []
+    # a file whose tail was not kept (pyarrow could not read it): no evidence, no options
+    assert options_like(storage, {"f1": 10, "f2": 10}, "parquet", fields, tails) == {}  # type: ignore[arg-type]
 
 
 def test_an_insert_follows_the_tables_largest_file_while_it_holds_no_more(as_parquet_mr):
@@ -155,6 +165,9 @@ def test_an_insert_follows_the_tables_largest_file_while_it_holds_no_more(as_par
     assert insert_options(storage, files, "parquet", fields, rows=6) == plain  # type: ignore[arg-type]
     assert storage.read == ["large"]
     assert insert_options(storage, files, "parquet", fields, source_bytes=300) == plain  # type: ignore[arg-type]
+    # rows, where known, decide; the bytes are only what is known without them
+    assert insert_options(storage, files, "parquet", fields, rows=6, source_bytes=10**9) == plain  # type: ignore[arg-type]
+    assert insert_options(storage, files, "parquet", fields, rows=7, source_bytes=1) == {}  # type: ignore[arg-type]
     # more rows or bytes than it holds, or a size not known: Parquet's default
     assert insert_options(storage, files, "parquet", fields, rows=7) == {}  # type: ignore[arg-type]
     assert insert_options(storage, files, "parquet", fields, source_bytes=301) == {}  # type: ignore[arg-type]

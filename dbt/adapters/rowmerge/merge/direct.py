@@ -53,12 +53,13 @@ DIRECT_SOURCE_BYTES = 64 * 1024 * 1024
 @dataclass(frozen=True)
 class DirectBet:
     """The bet :func:`direct_insert` takes: ``inside`` is the SQL over the source's alias, true
-    where a row's keys lie inside the files' ranges; ``source_bytes`` Spark's estimate of the
-    source's size, which also tells how its inserts may be written
-    (:func:`.encodings.insert_options`)."""
+    where a row's keys lie inside the files' ranges; ``source_bytes`` and ``source_rows``
+    Spark's estimates of the source's size and rows (None where it has none), which also tell
+    how its inserts may be written (:func:`.encodings.insert_options`)."""
 
     inside: str
     source_bytes: int
+    source_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,10 @@ def direct_insert(
         return None
     if not _outside_before(plan, previous):
         return None
-    estimate = _estimated_bytes(raw_source)
-    if not 0 <= estimate <= DIRECT_SOURCE_BYTES:
+    size, rows = _estimates(raw_source)
+    if not 0 <= size <= DIRECT_SOURCE_BYTES:
         return None
-    return DirectBet(inside, estimate)
+    return DirectBet(inside, size, rows)
 
 
 def _outside_before(plan: MergePlan, entry: Entry | None) -> bool:
@@ -104,13 +105,20 @@ def _outside_before(plan: MergePlan, entry: Entry | None) -> bool:
     return rows > 0 and int(m.get("numSourceRowsOutsideRanges") or 0) == rows
 
 
-def _estimated_bytes(df: DataFrame) -> int:
-    """Spark's estimate of the size of ``df``'s rows (its optimized plan's statistics); -1 if
-    it cannot say."""
+def _estimates(df: DataFrame) -> tuple[int, int | None]:
+    """Spark's estimates of the size of ``df``'s rows and of their number (its optimized plan's
+    statistics): (-1, None) if it cannot say; the rows are None where only the size is known
+    (a scan of files: their bytes)."""
     try:
-        return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+        stats = df._jdf.queryExecution().optimizedPlan().stats()
+        size = int(str(stats.sizeInBytes()))
     except Exception:  # noqa: BLE001 - no estimate: take the usual path
-        return -1
+        return -1, None
+    try:
+        count = stats.rowCount()
+        return size, int(str(count.get())) if count.isDefined() else None
+    except Exception:  # noqa: BLE001 - the size alone
+        return size, None
 
 
 def write_direct(
@@ -137,7 +145,9 @@ def write_direct(
     rows = spread_inserts(plan, enforce_constraints(plan, inserts(plan, outside)), 0, feed)
     feed_dir = staging.feed_rows_dir if feed else None
     fmt = plan.target.file_format
-    options = insert_options(storage, table_files, fmt, plan.output_fields, source_bytes=bet.source_bytes)
+    options = insert_options(
+        storage, table_files, fmt, plan.output_fields, rows=bet.source_rows, source_bytes=bet.source_bytes
+    )
     listed = save_rows(spark, plan, rows, staging.data_dir, feed_dir, ROWS_PER_INSERT_FILE, options=options)
     row: dict[str, Any] = observed.get
     found = int(row["may_match"])

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pyspark.sql.types import StructField
 
@@ -52,7 +53,9 @@ def without_dictionary(footers: Sequence[bytes], fields: Sequence[StructField]) 
     dictionary the writer gave up in every footer of ``footers`` (Parquet tails:
     ``Storage.parquet_tails``): no row group stores the column with a dictionary page, and some
     row group of a writer of :data:`WRITERS` with at least :data:`FIRST_PAGE_ROWS` rows stores it
-    plain. A column some non-empty file lacks, or holds nested, is left out.
+    plain. A column some non-empty file lacks, or holds nested, is left out. Only values count
+    towards a first page: a row group whose column is mostly NULL (a column added since, say)
+    decides nothing, as the writer saw too few values to give a dictionary up for them.
     """
     # A dot would be read as a path into a struct by the writer's per-column setting.
     names = {f.name.lower(): f.name for f in fields if "." not in f.name}
@@ -75,12 +78,21 @@ def without_dictionary(footers: Sequence[bytes], fields: Sequence[StructField]) 
                 if group.column(c).has_dictionary_page:
                     candidates.discard(name)
                     break
-                if ours and group.num_rows >= FIRST_PAGE_ROWS:
+                if ours and _values(group.column(c), group.num_rows) >= FIRST_PAGE_ROWS:
                     decided.add(name)
         candidates &= seen
         if not candidates:
             break
     return [names[n] for n in sorted(candidates & decided)]
+
+
+def _values(chunk: Any, rows: int) -> int:
+    """The non-NULL values of a column chunk (pyarrow's ColumnChunkMetaData) of ``rows`` rows;
+    0 when its statistics do not say."""
+    stats = chunk.statistics
+    if stats is None or not stats.has_null_count or stats.null_count is None:
+        return 0
+    return rows - int(stats.null_count)
 
 
 def options_like(
@@ -96,16 +108,17 @@ def options_like(
     gave up in all of them (:func:`without_dictionary`).
 
     Only their footers are read (a few KB each, a few at a time), unless ``tails`` holds them
-    already (by qualified path: :meth:`.storage.Storage.count_rows` keeps them). An option only
-    changes how fast a file is written, so a footer that cannot be read leaves every column as
-    Parquet's default has it rather than failing the write."""
+    already (by qualified path: :meth:`.storage.Storage.count_rows` keeps them); a file whose
+    tail it lacks (one pyarrow could not read) leaves every column trying a dictionary. An
+    option only changes how fast a file is written, so a footer that cannot be read leaves
+    every column as Parquet's default has it rather than failing the write."""
     if file_format != "parquet" or not files:
         return {}
     try:
         if tails is None:
             tails = storage.parquet_tails(files)
         else:
-            tails = {q: tails[q] for q in map(storage.qualify, files) if q in tails}
+            tails = {p: tails[p] if p in tails else tails[storage.qualify(p)] for p in files}
         plain = without_dictionary([tails[p] for p in sorted(tails)], fields) if tails else []
     except Exception as exc:  # noqa: BLE001 - a speed-up only: write as Parquet would
         logger.debug("rowmerge: column encodings of the replaced files not read: %s", exc)
@@ -125,21 +138,24 @@ def insert_options(
     ``table_files`` (path -> bytes): as :func:`options_like` says for the table's largest file,
     the one most likely to hold whole first pages (one footer read).
 
-    New rows are the table's kind of rows only as far as its files can tell: the options apply
-    when the inserts are no more than that file holds: ``rows`` at most its rows, or, where the
-    rows are not counted before the write (:mod:`.direct`), the source's estimated
-    ``source_bytes`` at most its bytes. A larger insert, or one whose size is unknown, keeps
-    Parquet's default. (The time a dictionary attempt costs is bounded by the first page of
-    each file written: it is a small insert's time that it dominates.)"""
+    New rows are the table's kind of rows only as far as its files can tell, and a wrong guess
+    costs size (a column whose inserted values are few, stored plain until compaction rewrites
+    it), so the options apply only to inserts no larger than that file: ``rows`` at most its
+    rows (counted, or Spark's estimate where the direct write does not count them first,
+    :mod:`.direct`), or, where Spark cannot estimate the rows, the source's estimated
+    ``source_bytes`` at most the file's bytes (a file source's estimate is its files' size).
+    A larger insert, or one whose size is unknown, keeps Parquet's default. (The time a
+    dictionary attempt costs is bounded by the first page of each file written: it is a small
+    insert's time that it dominates.)"""
     if file_format != "parquet" or not table_files or (rows is None and source_bytes is None):
         return {}
     path, size = max(table_files.items(), key=lambda kv: (kv[1], kv[0]))
-    if source_bytes is not None and not 0 <= source_bytes <= size:
+    if rows is None and not 0 <= (source_bytes or 0) <= size:
         return {}
     try:
         tail = storage.parquet_tail(path, size)
-        held = int(footer_metadata(tail).num_rows)
-        plain = without_dictionary([tail], fields) if rows is None or rows <= held else []
+        fits = rows is None or rows <= int(footer_metadata(tail).num_rows)
+        plain = without_dictionary([tail], fields) if fits else []
     except Exception as exc:  # noqa: BLE001 - a speed-up only: write as Parquet would
         logger.debug("rowmerge: column encodings of %s not read: %s", path, exc)
         return {}

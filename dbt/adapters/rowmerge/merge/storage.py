@@ -25,7 +25,7 @@ import sys
 import unicodedata
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -173,7 +173,9 @@ class Storage(ABC):
         replaces costs milliseconds however large they are; remote footers are fetched a few
         at a time. ``tails``: for Parquet, the rows are read from each file's tail
         (:meth:`parquet_tail`), which is kept there by qualified path, for a caller that reads
-        more of the footer than the rows (:mod:`.encodings`) without reading it twice.
+        more of the footer than the rows (:mod:`.encodings`) without reading it twice; a tail
+        pyarrow cannot read (an encrypted footer) is not kept, and the file's rows come from
+        :meth:`footer_rows` as without ``tails``.
         """
         if file_format not in ("parquet", "orc"):
             raise ValueError(f"cannot count rows of {file_format!r} files")
@@ -182,10 +184,16 @@ class Storage(ABC):
         todo = sorted(p for p, size in qualified.items() if size != 0)
 
         def rows_of(path: str) -> int:
-            if tails is None or file_format != "parquet":
-                return self.footer_rows(path, file_format)
-            tail = tails[path] = self.parquet_tail(path, qualified[path])
-            return int(footer_metadata(tail).num_rows)
+            if tails is not None and file_format == "parquet":
+                try:
+                    tail = self.parquet_tail(path, qualified[path])
+                    rows = int(footer_metadata(tail).num_rows)
+                except Exception:  # noqa: BLE001 - the reader below counts it, or says why not
+                    pass
+                else:
+                    tails[path] = tail
+                    return rows
+            return self.footer_rows(path, file_format)
 
         if len(todo) <= FOOTER_THREADS:
             rows.update((p, self._rows_of_data_file(p, file_format, rows_of)) for p in todo)
@@ -195,7 +203,7 @@ class Storage(ABC):
                 rows.update(zip(todo, pool.map(counted, todo), strict=True))
         return rows
 
-    def _rows_of_data_file(self, path: str, file_format: str, rows_of: Any) -> int:
+    def _rows_of_data_file(self, path: str, file_format: str, rows_of: Callable[[str], int]) -> int:
         """``rows_of(path)`` (rows from the file's footer), or the error that names a file which
         is not a data file."""
         try:
