@@ -187,12 +187,12 @@ class Storage(ABC):
             if tails is not None and file_format == "parquet":
                 try:
                     tail = self.parquet_tail(path, qualified[path])
-                    rows = int(footer_metadata(tail).num_rows)
+                    held = int(footer_metadata(tail).num_rows)
                 except Exception:  # noqa: BLE001 - the reader below counts it, or says why not
                     pass
                 else:
                     tails[path] = tail
-                    return rows
+                    return held
             return self.footer_rows(path, file_format)
 
         if len(todo) <= FOOTER_THREADS:
