@@ -423,6 +423,40 @@ def test_a_session_that_read_the_change_table_sees_each_new_version_without_a_re
 
 
 @pytest.mark.parametrize("single_task", [True, False], ids=["single_task", "broadcast"])
+def test_cdf_rows_no_clause_acts_on_leave_no_trace(spark, db, single_task):
+    """Rows the write routes nowhere but the table's files, or nowhere at all: a target row
+    whose matched clause's condition is false is copied as it was, with no change row; a
+    source row the insert's condition refuses is neither written nor fed (in the single-task
+    join it is a row of its own, routed by whether it holds a target row)."""
+    from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
+
+    token = SINGLE_TASK_ROWS.set(SINGLE_TASK_ROWS.get() if single_task else 0)
+    try:
+        t = f"{db}.quiet"
+        create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b")], [(3, "c")]])
+        src = source_view(
+            spark,
+            f"{db}_quiet",
+            "id long, v string, ok boolean",
+            [(1, "A", False), (2, "B", True), (8, "h", False), (9, "i", True)],
+        )
+        clauses = [
+            {"when": "matched", "condition": "s.ok", "action": "update", "set": "*"},
+            {"when": "not_matched", "condition": "s.ok", "action": "insert", "values": "*"},
+        ]
+        result = merge(spark, t, src, clauses, **feed(t))
+        assert result.metrics["onePassSingleTask"] == int(single_task)
+        assert rows(spark, t) == [(1, "a"), (2, "B"), (3, "c"), (9, "i")]
+        assert changes(spark, t) == expect(
+            (2, "b", "update_preimage", 1),
+            (2, "B", "update_postimage", 1),
+            (9, "i", "insert", 1),
+        )
+    finally:
+        SINGLE_TASK_ROWS.reset(token)
+
+
+@pytest.mark.parametrize("single_task", [True, False], ids=["single_task", "broadcast"])
 def test_cdf_every_change_type_with_names_that_need_quoting(spark, db, single_task):
     """The write routes each row to the table's files and the feed by one SQL expression
     (rewrite._routed): columns named with a space, a dot, a backtick and a non-ASCII letter

@@ -55,7 +55,6 @@ from .outputs import (
 from .plan import MergePlan
 from .scan import ScanResult, Skipping, target_frame
 from .source import MaterializedSource
-from .sqltext import sql_type
 from .storage import Storage
 
 UPDATED = PREFIX + "updated"  # true on a rewritten row an update clause wrote
@@ -391,6 +390,13 @@ def _old_values(plan: MergePlan) -> list[Column]:
     return [old_value(plan, f.name).alias(_old(i)) for i, f in enumerate(plan.output_fields)]
 
 
+# Where :func:`_routed` sends a row's copies, by number: NULL or 0 the table's files, the
+# others a change type of the feed; 1 and 2 hold the target row's values before the merge.
+_ROUTE = PREFIX + "route"
+_ROUTES = ((1, DELETE), (2, PREIMAGE), (3, POSTIMAGE), (4, INSERT))
+_OLD_ROUTES = "(1, 2)"
+
+
 def _routed(
     plan: MergePlan, rows: DataFrame, present: str | None = None, carried: Sequence[str] = ()
 ) -> DataFrame:
@@ -402,27 +408,29 @@ def _routed(
     :data:`_INS` flag says whether it is inserted (to the files and the feed) or dropped.
     ``carried``: columns the table's files' rows keep (the feed's rows hold NULL there).
 
-    The routing is one SQL expression: built from Column objects it cost a py4j round trip
-    per column per output (about 400 for 24 columns, a tenth of a second on a busy driver).
+    Most rows of a touched file are copied, so a copied row should cost what it costs without
+    the feed: only a row with change rows gets an array (of route numbers), a copied row's is
+    NULL, which ``explode_outer`` passes on as the one row it is; one projection then takes
+    each column's old or new value by route. Building every row into a struct inside an array
+    and taking it apart again (the routing before this one) cost each copied row about a
+    microsecond more (measured: 468k rows, 1 % updated, in three touched files). The routing
+    is SQL text: built from Column objects it cost a py4j round trip per column.
     """
     names = [f.name for f in plan.output_fields]
-    new = [q(n) for n in names]
-    old = [q(_old(i)) for i in range(len(names))]
-    kept = [q(c) for c in carried]
-    none = [f"CAST(NULL AS {sql_type(rows.schema[c].dataType)})" for c in carried]
-    fields = [*names, *carried]
-    data = _output(fields, [*new, *kept], DATA)
-    cases = [
-        f"WHEN {q(_DEL)} THEN array({_output(fields, [*old, *none], DELETE)})",
-        f"WHEN {q(_UPD)} THEN array({data}, {_output(fields, [*old, *none], PREIMAGE)}, "
-        f"{_output(fields, [*new, *none], POSTIMAGE)})",
+    route = q(_ROUTE)
+    cases = [f"WHEN {q(_DEL)} THEN array(1)", f"WHEN {q(_UPD)} THEN array(0, 2, 3)"]
+    if present is not None:  # NULL for a row it copies and for a source row nothing inserts
+        cases.append(f"WHEN {present} THEN NULL WHEN {q(_INS)} THEN array(0, 4)")
+    spread = rows.selectExpr("*", f"explode_outer(CASE {' '.join(cases)} END) AS {route}")
+    if present is not None:
+        spread = spread.where(f"{route} IS NOT NULL OR ({present})")
+    values = [
+        f"CASE WHEN {route} IN {_OLD_ROUTES} THEN {q(_old(i))} ELSE {q(n)} END AS {q(n)}"
+        for i, n in enumerate(names)
     ]
-    if present is None:
-        cases.append(f"ELSE array({data})")
-    else:  # NULL (no row) for a source row nothing inserts
-        cases.append(f"WHEN {present} THEN array({data})")
-        cases.append(f"WHEN {q(_INS)} THEN array({data}, {_output(fields, [*new, *none], INSERT)})")
-    return rows.selectExpr(f"inline(CASE {' '.join(cases)} END)")
+    kept = [f"CASE WHEN coalesce({route}, 0) = 0 THEN {q(c)} END AS {q(c)}" for c in carried]
+    kinds = " ".join(f"WHEN {n} THEN '{kind}'" for n, kind in _ROUTES)
+    return spread.selectExpr(*values, *kept, f"CASE {route} {kinds} ELSE '{DATA}' END AS {q(KIND)}")
 
 
 def feed_rows(rows: DataFrame, kind: str) -> DataFrame:
@@ -435,17 +443,7 @@ def feed_rows(rows: DataFrame, kind: str) -> DataFrame:
     its own (``__rowmerge_kind=…``). The feed's folders hold rows of the table's columns
     only; :func:`.cdf.stamp_feed` gives them their change type and commit timestamp.
     """
-    names = list(rows.columns)
-    values = [q(n) for n in names]
-    return rows.selectExpr(f"inline(array({_output(names, values, DATA)}, {_output(names, values, kind)}))")
-
-
-def _output(names: Sequence[str], values: Sequence[str], kind: str) -> str:
-    """SQL text: a struct of ``values`` (SQL text) named ``names``, and ``kind`` in :data:`KIND`
-    (names as quoted identifiers, never string literals, whose escaping is a session setting)."""
-    pairs = [f"{v} AS {q(n)}" for n, v in zip(names, values, strict=True)]
-    pairs.append(f"'{kind}' AS {q(KIND)}")
-    return "struct(" + ", ".join(pairs) + ")"
+    return rows.selectExpr(*[q(n) for n in rows.columns], f"explode(array('{DATA}', '{kind}')) AS {q(KIND)}")
 
 
 def _old(i: int) -> str:
