@@ -390,11 +390,15 @@ def _old_values(plan: MergePlan) -> list[Column]:
     return [old_value(plan, f.name).alias(_old(i)) for i, f in enumerate(plan.output_fields)]
 
 
-# Where :func:`_routed` sends a row's copies, by number: NULL or 0 the table's files, the
-# others a change type of the feed; 1 and 2 hold the target row's values before the merge.
+# Where :func:`_routed` sends a row's copies, by number (NULL, a copied row's, is DATA's too).
 _ROUTE = PREFIX + "route"
-_ROUTES = ((1, DELETE), (2, PREIMAGE), (3, POSTIMAGE), (4, INSERT))
-_OLD_ROUTES = "(1, 2)"
+_ROUTES = {DATA: 0, DELETE: 1, PREIMAGE: 2, POSTIMAGE: 3, INSERT: 4}
+_OLD_KINDS = (DELETE, PREIMAGE)  # the outputs that hold the target row's values before the merge
+
+
+def _route_list(*kinds: str) -> str:
+    """SQL text: the numbers of ``kinds``' routes, as an array or as an IN list."""
+    return ", ".join(str(_ROUTES[k]) for k in kinds)
 
 
 def _routed(
@@ -418,18 +422,23 @@ def _routed(
     """
     names = [f.name for f in plan.output_fields]
     route = q(_ROUTE)
-    cases = [f"WHEN {q(_DEL)} THEN array(1)", f"WHEN {q(_UPD)} THEN array(0, 2, 3)"]
+    cases = [
+        f"WHEN {q(_DEL)} THEN array({_route_list(DELETE)})",
+        f"WHEN {q(_UPD)} THEN array({_route_list(DATA, PREIMAGE, POSTIMAGE)})",
+    ]
     if present is not None:  # NULL for a row it copies and for a source row nothing inserts
-        cases.append(f"WHEN {present} THEN NULL WHEN {q(_INS)} THEN array(0, 4)")
+        cases.append(f"WHEN {present} THEN NULL WHEN {q(_INS)} THEN array({_route_list(DATA, INSERT)})")
     spread = rows.selectExpr("*", f"explode_outer(CASE {' '.join(cases)} END) AS {route}")
     if present is not None:
         spread = spread.where(f"{route} IS NOT NULL OR ({present})")
+    old_routes = _route_list(*_OLD_KINDS)
     values = [
-        f"CASE WHEN {route} IN {_OLD_ROUTES} THEN {q(_old(i))} ELSE {q(n)} END AS {q(n)}"
+        f"CASE WHEN {route} IN ({old_routes}) THEN {q(_old(i))} ELSE {q(n)} END AS {q(n)}"
         for i, n in enumerate(names)
     ]
-    kept = [f"CASE WHEN coalesce({route}, 0) = 0 THEN {q(c)} END AS {q(c)}" for c in carried]
-    kinds = " ".join(f"WHEN {n} THEN '{kind}'" for n, kind in _ROUTES)
+    data = _route_list(DATA)
+    kept = [f"CASE WHEN coalesce({route}, {data}) = {data} THEN {q(c)} END AS {q(c)}" for c in carried]
+    kinds = " ".join(f"WHEN {n} THEN '{kind}'" for kind, n in _ROUTES.items() if kind != DATA)
     return spread.selectExpr(*values, *kept, f"CASE {route} {kinds} ELSE '{DATA}' END AS {q(KIND)}")
 
 
