@@ -7,13 +7,15 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import SparkSession
 
 from dbt.adapters.rowmerge.merge import MergeResult, run_merge
+from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
 
 T = TypeVar("T")
 
@@ -250,3 +252,13 @@ def folder_digest(root: str) -> dict[str, str] | None:
             with open(path, "rb") as fh:
                 out[os.path.relpath(path, root)] = hashlib.sha256(fh.read()).hexdigest()
     return out
+
+
+@contextmanager
+def single_task_rows(limit: int) -> Iterator[None]:
+    """Merges in this block join in a single task up to ``limit`` rows (0: never)."""
+    token = SINGLE_TASK_ROWS.set(limit)
+    try:
+        yield
+    finally:
+        SINGLE_TASK_ROWS.reset(token)

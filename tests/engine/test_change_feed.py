@@ -19,12 +19,14 @@ from dbt.adapters.rowmerge.merge import (
     history,
     start_history,
 )
+from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
 from tests.engine.helpers import (
     UPSERT,
     create_table,
     merge,
     partitions,
     rows,
+    single_task_rows,
     source_view,
     table_dir,
     target_scans,
@@ -370,10 +372,9 @@ def test_cdf_rows_come_from_the_data_write_which_reads_the_touched_files_once(sp
     and with the source broadcast (the new key lies beyond every file's range, so the inserts
     need no second read: see test_one_pass). The feed's write lets each task keep its outputs
     open side by side (no sort) only while it runs; a value the session set stands."""
-    from dbt.adapters.rowmerge.merge.rewrite import CONCURRENT_WRITERS_CONF, SINGLE_TASK_ROWS
+    from dbt.adapters.rowmerge.merge.rewrite import CONCURRENT_WRITERS_CONF
 
-    token = SINGLE_TASK_ROWS.set(SINGLE_TASK_ROWS.get() if single_task else 0)
-    try:
+    with single_task_rows(SINGLE_TASK_ROWS.get() if single_task else 0):
         scans = {}
         for with_feed in (False, True):
             t = f"{db}.t_{int(with_feed)}"
@@ -402,8 +403,6 @@ def test_cdf_rows_come_from_the_data_write_which_reads_the_touched_files_once(sp
             (9, "z", "insert", 1),
         )
         assert scans == {False: 1, True: 1}
-    finally:
-        SINGLE_TASK_ROWS.reset(token)
 
 
 def test_a_session_that_read_the_change_table_sees_each_new_version_without_a_refresh(spark, db, t):
@@ -428,10 +427,7 @@ def test_cdf_rows_no_clause_acts_on_leave_no_trace(spark, db, single_task):
     whose matched clause's condition is false is copied as it was, with no change row; a
     source row the insert's condition refuses is neither written nor fed (in the single-task
     join it is a row of its own, routed by whether it holds a target row)."""
-    from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
-
-    token = SINGLE_TASK_ROWS.set(SINGLE_TASK_ROWS.get() if single_task else 0)
-    try:
+    with single_task_rows(SINGLE_TASK_ROWS.get() if single_task else 0):
         t = f"{db}.quiet"
         create_table(spark, t, "id long, v string", [[(1, "a"), (2, "b")], [(3, "c")]])
         src = source_view(
@@ -452,20 +448,15 @@ def test_cdf_rows_no_clause_acts_on_leave_no_trace(spark, db, single_task):
             (2, "B", "update_postimage", 1),
             (9, "i", "insert", 1),
         )
-    finally:
-        SINGLE_TASK_ROWS.reset(token)
 
 
 @pytest.mark.parametrize("single_task", [True, False], ids=["single_task", "broadcast"])
 def test_cdf_every_change_type_with_names_that_need_quoting(spark, db, single_task):
-    """The write routes each row to the table's files and the feed by one SQL expression
+    """The write routes each row to the table's files and the feed in SQL text
     (rewrite._routed): columns named with a space, a dot, a backtick and a non-ASCII letter
     keep their values in every output. Files 1 and 3 are touched and file 2 is not, so the
     write also carries each row's task group (two groups of key neighbours)."""
-    from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
-
-    token = SINGLE_TASK_ROWS.set(SINGLE_TASK_ROWS.get() if single_task else 0)
-    try:
+    with single_task_rows(SINGLE_TASK_ROWS.get() if single_task else 0):
         t = f"{db}.odd"
         schema = "id long, `v w` string, `a.b` int, `q``x` string, `é` double"
         data = [
@@ -509,5 +500,3 @@ def test_cdf_every_change_type_with_names_that_need_quoting(spark, db, single_ta
             "q`x",
             "é",
         ]
-    finally:
-        SINGLE_TASK_ROWS.reset(token)

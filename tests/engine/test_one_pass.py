@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import duckdb
 import pytest
@@ -32,6 +30,7 @@ from tests.engine.helpers import (
     kept_files,
     merge,
     rows,
+    single_task_rows,
     sorted_rows,
     source_view,
     spark_jobs,
@@ -270,16 +269,6 @@ def test_no_candidate_file_makes_an_upsert_insert_only(spark, db) -> None:
 
 
 # -- the two joins of the one-pass write: in a single task, or with the source broadcast --------
-
-
-@contextmanager
-def single_task_rows(limit: int) -> Iterator[None]:
-    """Merges in this block join in a single task up to ``limit`` rows (0: never)."""
-    token = SINGLE_TASK_ROWS.set(limit)
-    try:
-        yield
-    finally:
-        SINGLE_TASK_ROWS.reset(token)
 
 
 CLAUSES = [
