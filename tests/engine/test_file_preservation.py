@@ -3,6 +3,10 @@ nothing, an empty source changes nothing, the source is read before the target c
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+import pytest
+
 from dbt.adapters.rowmerge.merge import history
 from tests.engine.helpers import (
     UPSERT,
@@ -13,6 +17,7 @@ from tests.engine.helpers import (
     merge,
     new_files,
     rows,
+    single_task_rows,
     source_view,
 )
 
@@ -218,4 +223,82 @@ def test_a_rewrite_never_writes_a_file_bigger_than_the_largest_it_replaces(spark
     assert sum(added.values()) == 108
     assert max(added.values()) <= 50, sorted(added.values())
     expected = [(i, "new" if i == 1 or i in lows else "old") for i in range(1, 106)] + inserts
+    assert rows(spark, t) == expected
+
+
+@contextmanager
+def _shuffled_join(spark):
+    """Merges in this block join the source without broadcasting it, in tasks Spark does not
+    coalesce (as a source too large to broadcast is joined at scale)."""
+    settings = {
+        "spark.sql.autoBroadcastJoinThreshold": "-1",
+        "spark.sql.adaptive.coalescePartitions.enabled": "false",
+    }
+    old = {k: spark.conf.get(k) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        with single_task_rows(0):
+            yield
+    finally:
+        for k, v in old.items():
+            spark.conf.set(k, v)
+
+
+def _id_ranges(paths) -> list[tuple[int, int, int]]:
+    """(min id, max id, rows) of each file, sorted."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for p in paths:
+        ids = pq.read_table(p, columns=["id"]).column("id").to_pylist()
+        out.append((min(ids), max(ids), len(ids)))
+    return sorted(out)
+
+
+MATCHED_ONLY = [
+    {"when": "matched", "condition": "s.v = 'gone'", "action": "delete"},
+    {"when": "matched", "action": "update", "set": {"v": "s.v"}},
+]
+
+
+@pytest.mark.parametrize("cdf", [False, True], ids=["", "cdf"])
+@pytest.mark.parametrize("clauses", [UPSERT, MATCHED_ONLY], ids=["upsert", "update_delete"])
+@pytest.mark.parametrize(
+    "touched", [[0, 2, 4], [1, 2, 3], [2]], ids=["three_groups", "one_group", "one_file"]
+)
+def test_a_shuffled_rewrite_writes_each_touched_file_once(spark, db, clauses, touched, cdf):
+    """A source too large to broadcast is joined by a shuffle, whose every task holds a slice
+    of every touched file's rows: written as they come, each task would leave a file of each
+    (here 4 tasks: 12 files for 3, with overlapping key ranges). Each file's rows are written
+    by one task: as many files as were replaced, each over the keys of the one it replaces."""
+    t = f"{db}.t"
+    files = [[(i, "old") for i in range(k * 1000, k * 1000 + 1000)] for k in range(5)]
+    create_table(spark, t, "id long, v string", files)
+    before = file_snapshot(spark, t)
+    changed = [
+        (i, "gone" if i % 7 == 0 else "new") for k in touched for i in range(k * 1000, k * 1000 + 1000, 2)
+    ]
+    inserts = [(9000, "ins"), (9001, "ins")] if clauses is UPSERT else []
+    src = source_view(spark, f"{db}_src", "id long, v string", changed + inserts)
+    with _shuffled_join(spark):
+        feed = {"change_data_feed": {"table": f"{t}__changes"}} if cdf else {}
+        result = merge(spark, t, src, clauses, **feed)
+    after = file_snapshot(spark, t)
+    m = result.metrics
+    assert m["numTargetFilesRemoved"] == len(touched)
+    added = _id_ranges(new_files(before, after))
+    rewritten = [r for r in added if r[0] < 9000]
+    expected_ranges = []
+    deletes = clauses is MATCHED_ONLY  # the rows whose source value is 'gone'
+    for k in touched:
+        kept = [i for i in range(k * 1000, k * 1000 + 1000) if not (deletes and i % 14 == 0)]
+        expected_ranges.append((min(kept), max(kept), len(kept)))
+    assert rewritten == expected_ranges
+    assert [r for r in added if r[0] >= 9000] == ([(9000, 9001, 2)] if inserts else [])
+    assert m["numTargetFilesAdded"] == len(added)
+    new = dict(changed)
+    expected = [
+        (i, new.get(i, "old")) for i in range(5000) if not (deletes and new.get(i) == "gone")
+    ] + inserts
     assert rows(spark, t) == expected

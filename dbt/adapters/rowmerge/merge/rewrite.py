@@ -125,7 +125,9 @@ def touched_join(
     return TouchedJoin(plan, decide(plan, joined, ["matched", "not_matched_by_source"], acts))
 
 
-def task_groups(touched: Sequence[str], skipping: Skipping | None, storage: Storage) -> list[list[str]]:
+def task_groups(
+    touched: Sequence[str], skipping: Skipping | None, storage: Storage, shuffled: bool = False
+) -> list[list[str]]:
     """The ``touched`` files (Spark's paths) in groups whose files a task of the rewrite may
     read together (:func:`.key_gaps.rewrite_groups`), by every file's key range from
     ``skipping`` (None, or no range known: one group). The ranges are laid out only when two
@@ -134,7 +136,14 @@ def task_groups(touched: Sequence[str], skipping: Skipping | None, storage: Stor
     Spark packs small files into one task, and a task writes one file (per partition) from
     all the rows it read: two touched files with an untouched one between them in key order
     would become one file whose range holds the untouched file's keys. With more than one
-    group the write puts each file's rows in files of their own (:func:`_task_group`)."""
+    group the write puts each file's rows in files of their own (:func:`_task_group`).
+
+    ``shuffled``: the rewrite joins the source without broadcasting it (see
+    :func:`rewritten_rows`), so its tasks do not read files at all but hash slices of every
+    touched file's rows; each file is then a group of its own, which the write gathers back
+    into one task (a file's rows stay in files of their own, its key range kept)."""
+    if shuffled and len(touched) > 1:
+        return [[p] for p in touched]
     spans = skipping.key_spans() if skipping is not None and len(touched) > 1 else None
     if not spans:
         return [list(touched)]
@@ -305,6 +314,13 @@ def rewritten_rows(
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
     if once:
         out = out.dropDuplicates([FILE, ROW])
+    if not source.broadcastable:
+        # A shuffled join leaves every touched file's rows spread over all its tasks, and each
+        # task would write a file of every file it holds a slice of (touched files x shuffle
+        # partitions of them, key ranges overlapping). Gathered by file, one task writes each
+        # file's rows (task_groups made each file a group of its own): one more exchange of
+        # the touched rows, a file count that stays the table's.
+        out = out.repartition(F.col(FILE))
     carried = []
     if grouped:
         out = out.withColumn(TASK_GROUP, _task_group())

@@ -601,8 +601,9 @@ def _merge(
                 files_scanned=len(files),
             )
             candidate_rows = sum(commit.skipping.rows[p] for p in files)
-            groups = task_groups([u for u, _ in pairs], commit.skipping, journal.storage)
             single = single_task(source, candidate_rows)
+            shuffled = not (single or source.broadcastable)
+            groups = task_groups([u for u, _ in pairs], commit.skipping, journal.storage, shuffled)
             observed = OnePass(
                 candidate_rows=candidate_rows,
                 single_task=single,
@@ -663,7 +664,7 @@ def _merge(
             touched = len(scan.touched) if scan else 0
             logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
             rewritten = [f.path for f in scan.touched] if scan else []
-            groups = task_groups(rewritten, commit.skipping, journal.storage)
+            groups = task_groups(rewritten, commit.skipping, journal.storage, not source.broadcastable)
             with timed(metrics, "rewriteTimeMs"):
                 staged, removed_rows = write_changes(
                     spark,
