@@ -266,17 +266,90 @@ def test_the_change_feed_gets_the_inserts_of_the_same_job(spark, db) -> None:
     assert _staged_leftovers(spark, t) == []
 
 
-@pytest.mark.parametrize("why", ["large_source", "no_statistics"], ids=["large_source", "orc"])
+@pytest.mark.parametrize(
+    "why", ["large_source_partitioned", "no_statistics"], ids=["large_source_partitioned", "orc"]
+)
 def test_no_bet_where_it_does_not_apply(spark, db, monkeypatch, why) -> None:
     t = f"{db}.t"
     fmt = "orc" if why == "no_statistics" else "parquet"
-    create_table(spark, t, SCHEMA, [[(1, "a")], [(5, "b")]], fmt=fmt)
-    if why == "large_source":
+    if why == "large_source_partitioned":
+        # A large source into partitions would leave a file per partition value in every task.
         monkeypatch.setattr(direct_module, "DIRECT_SOURCE_BYTES", 0)
-    src = _view(spark, f"{db}_src", SCHEMA, [(10, "n")])
+        create_table(
+            spark,
+            t,
+            "id long, v string, day string",
+            [[(1, "a", "d1")], [(5, "b", "d2")]],
+            partition_by=["day"],
+        )
+        src = _view(spark, f"{db}_src", "id long, v string, day string", [(10, "n", "d2")])
+        expected = [(1, "a", "d1"), (5, "b", "d2"), (10, "n", "d2")]
+    else:
+        create_table(spark, t, SCHEMA, [[(1, "a")], [(5, "b")]], fmt=fmt)
+        src = _view(spark, f"{db}_src", SCHEMA, [(10, "n")])
+        expected = [(1, "a"), (5, "b"), (10, "n")]
     m = merge(spark, t, src, INSERT_ONLY, auto_compact=False).metrics
     assert (m["directInsert"], m["directInsertFallback"], m["numTargetRowsInserted"]) == (0, 0, 1)
-    assert rows(spark, t) == [(1, "a"), (5, "b"), (10, "n")]
+    assert rows(spark, t) == expected
+
+
+def _tasks_view(spark, name: str, first: int, count: int, tasks: int) -> str:
+    """A view of ``count`` rows (ids from ``first``) read by ``tasks`` tasks, whose size Spark
+    estimates (a range)."""
+    spark.sql(
+        f"CREATE OR REPLACE TEMP VIEW {name} AS "
+        f"SELECT id, concat('n', id) AS v FROM range({first}, {first + count}, 1, {tasks})"
+    )
+    return name
+
+
+def _news(first: int, count: int) -> list[tuple]:
+    return [(i, f"n{i}") for i in range(first, first + count)]
+
+
+@pytest.mark.parametrize("cdf", [False, True], ids=["", "cdf"])
+def test_a_large_source_is_written_by_its_own_tasks_in_one_job(spark, db, monkeypatch, cdf) -> None:
+    """A source above DIRECT_SOURCE_BYTES is not squeezed into one task: each of its tasks
+    writes one file of its rows (and their change rows) in the one job."""
+    monkeypatch.setattr(direct_module, "DIRECT_SOURCE_BYTES", 0)
+    t = _table(spark, db)
+    before = rows(spark, t)
+    spec = {"change_data_feed": {"table": f"{t}__changes"}} if cdf else {}
+    src = _tasks_view(spark, f"{db}_src", 100, 300, 2)
+    result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, INSERT_ONLY, auto_compact=False, **spec))
+    m = result.metrics
+    assert jobs == (2 if cdf else 1)  # with the feed, its stamping
+    assert (m["directInsert"], m["directInsertFallback"], m["directInsertScattered"]) == (1, 0, 0)
+    assert (m["numSourceRows"], m["numTargetRowsInserted"], m["numTargetFilesAdded"]) == (300, 300, 2)
+    assert rows(spark, t) == _sorted(before + _news(100, 300))
+    assert _staged_leftovers(spark, t) == []
+    if cdf:
+        spark.catalog.refreshTable(f"{t}__changes")
+        feed = spark.table(f"{t}__changes").select("id", "v", "_change_type", "_commit_version").collect()
+        assert sorted(tuple(r) for r in feed) == [(i, v, "insert", 1) for i, v in _news(100, 300)]
+
+
+def test_a_scattered_large_source_merges_as_usual_and_is_not_spread_again(spark, db, monkeypatch) -> None:
+    """300 rows are worth one file: written by 3 tasks they would be 3, more than twice that. The
+    write is thrown away, the merge runs as usual (one file), and the merges after it do not
+    spread such a source again: the flag is carried from merge to merge."""
+    monkeypatch.setattr(direct_module, "DIRECT_SOURCE_BYTES", 0)
+    t = _table(spark, db)
+    before = rows(spark, t)
+    with engine_logs() as logs:
+        first = merge(spark, t, _tasks_view(spark, f"{db}_a", 100, 300, 3), INSERT_ONLY, auto_compact=False)
+    m = first.metrics
+    assert (m["directInsert"], m["directInsertFallback"], m["directInsertScattered"]) == (0, 1, 1)
+    assert (m["numTargetRowsInserted"], m["numTargetFilesAdded"]) == (300, 1)
+    assert any("the source's tasks wrote too many small files; merging as usual" in line for line in logs)
+    assert _staged_leftovers(spark, t) == []
+    for k, first_id in enumerate((400, 700)):
+        src = _tasks_view(spark, f"{db}_{k}", first_id, 300, 3)
+        m = merge(spark, t, src, INSERT_ONLY, auto_compact=False).metrics
+        assert (m["directInsert"], m["directInsertFallback"], m["directInsertScattered"]) == (0, 0, 1)
+        assert (m["numTargetRowsInserted"], m["numTargetFilesAdded"]) == (300, 1)
+    assert rows(spark, t) == _sorted(before + _news(100, 900))
+    assert [h["metrics"]["directInsertScattered"] for h in history(spark, t)[:3]] == [1, 1, 1]
 
 
 def test_the_evidence_is_read_through_the_compaction_that_followed_a_merge(spark, db) -> None:

@@ -18,9 +18,18 @@ likely to win and cheap to lose (:func:`direct_insert`):
   before it to tell (version 0, a restore), when the merge is insert-only: so a model whose
   keys fall inside the ranges (random ids) loses the bet once, not every run;
 - the table's files have key ranges (file statistics), the session is classic (observed
-  metrics), and the source's plan is estimated at most
-  :data:`DIRECT_SOURCE_BYTES`: its rows go out of one task (one file, as the usual path writes
-  a small insert), which a source that reads a large table must not be squeezed into.
+  metrics), and Spark estimates the source's plan (its size).
+
+A source estimated at most :data:`DIRECT_SOURCE_BYTES` goes out of one task (one file, as the
+usual path writes a small insert). A larger one, into a table without partition columns, is
+written by the source's own tasks, one file each, as Spark's own INSERT writes: Spark cut them
+at most ``spark.sql.files.maxPartitionBytes`` of files (or sized a shuffle's). That write is
+checked too: Spark estimates a scan at its files' size whatever the filter, so a source that
+filters a large table may leave a few rows in each of many tasks. When the write holds more than
+twice the files the usual path would write for its rows (:func:`.rewrite.files_for`), it is
+thrown away as a lost bet is (``directInsertScattered``), and the merges that follow write a
+large source the usual way, carrying the flag, until the merge before is not a merge (a
+restore; an auto-compaction is looked through): so a scattered source costs one job, once.
 
 A lost bet costs the job that read the source; the usual path's two jobs follow.
 """
@@ -38,9 +47,17 @@ from pyspark.sql import functions as F
 from .encodings import insert_options
 from .filestats import indexed_columns
 from .journal import Entry, Staging
-from .outputs import PREFIX, enforce_constraints, inserts
+from .outputs import INSERT, PREFIX, enforce_constraints, inserts
 from .plan import MergePlan
-from .rewrite import ROWS_PER_INSERT_FILE, StagedFile, save_rows, spread_inserts, staged_files
+from .rewrite import (
+    ROWS_PER_INSERT_FILE,
+    StagedFile,
+    feed_rows,
+    files_for,
+    save_rows,
+    spread_inserts,
+    staged_files,
+)
 from .source import row_counts
 from .storage import Storage, is_connect
 
@@ -60,6 +77,12 @@ class DirectBet:
     inside: str
     source_bytes: int
     source_rows: int | None = None
+    spread: bool = False  # written by the source's own tasks (a large source), not one
+
+
+# The most files a write spread over the source's tasks may hold, per file the usual path would
+# write for its rows, for its bet to stand (see the module doc).
+SPREAD_FILES_PER_FILE = 2
 
 
 @dataclass(frozen=True)
@@ -71,6 +94,7 @@ class DirectInsert:
     num_rows: int
     null_key_rows: int
     inside_rows: int
+    scattered: bool = False  # thrown away: spread over more files than the rows are worth
 
 
 def direct_insert(
@@ -89,9 +113,22 @@ def direct_insert(
     if not _outside_before(plan, previous):
         return None
     size, rows = _estimates(raw_source)
-    if not 0 <= size <= DIRECT_SOURCE_BYTES:
+    if size < 0:
         return None
-    return DirectBet(inside, size, rows)
+    if size <= DIRECT_SOURCE_BYTES:
+        return DirectBet(inside, size, rows)
+    if plan.target.partition_columns or scattered_before(previous):
+        return None
+    return DirectBet(inside, size, rows, spread=True)
+
+
+def scattered_before(entry: Entry | None) -> bool:
+    """Whether the previous merge's version ``entry`` threw a write spread over the source's tasks
+    away as scattered, or did not try one because the merge before it had (``directInsertScattered``:
+    the flag a merge carries forward, see the module doc)."""
+    if entry is None or entry.operation != "MERGE":
+        return False
+    return int((entry.metrics or {}).get("directInsertScattered") or 0) == 1
 
 
 def _outside_before(plan: MergePlan, entry: Entry | None) -> bool:
@@ -142,22 +179,32 @@ def write_direct(
     aliased = raw_source.alias(plan.sa)
     observed = Observation(f"{PREFIX}direct_{uuid4().hex}")
     outside = aliased.observe(observed, *row_counts(plan, inside)).where(~F.expr(inside)).alias(plan.sa)
-    rows = spread_inserts(plan, enforce_constraints(plan, inserts(plan, outside)), 0, feed)
+    written = enforce_constraints(plan, inserts(plan, outside))
+    if bet.spread:
+        # One file per task of the source, as it is read (see the module doc).
+        rows, cap = feed_rows(written, INSERT) if feed else written, None
+    else:
+        rows, cap = spread_inserts(plan, written, 0, feed), ROWS_PER_INSERT_FILE
     feed_dir = staging.feed_rows_dir if feed else None
     fmt = plan.target.file_format
     options = insert_options(
         storage, table_files, fmt, plan.output_fields, rows=bet.source_rows, source_bytes=bet.source_bytes
     )
-    listed = save_rows(spark, plan, rows, staging.data_dir, feed_dir, ROWS_PER_INSERT_FILE, options=options)
+    listed = save_rows(spark, plan, rows, staging.data_dir, feed_dir, cap, options=options)
     row: dict[str, Any] = observed.get
     found = int(row["may_match"])
     staged = None
+    scattered = False
     if found == 0:
         fields = indexed_columns(plan.output_fields, list(plan.target.partition_columns))
         staged = staged_files(plan.target.file_format, listed, storage, fields=fields)[0]
+        worth = files_for(sum(f.rows for f in staged))
+        if bet.spread and len(staged) > SPREAD_FILES_PER_FILE * worth:
+            staged, scattered = None, True
     return DirectInsert(
         staged=staged,
         num_rows=int(row["n"]),
         null_key_rows=int(row["null_keys"]) if plan.key_pairs else 0,
         inside_rows=found,
+        scattered=scattered,
     )

@@ -54,6 +54,10 @@ COUNTER_NAMES = (
     # (or the job failed), so the write was discarded and the merge ran as usual.
     "directInsert",
     "directInsertFallback",
+    # 1 if a direct write spread over the source's tasks (a large source) was thrown away for
+    # leaving more than twice the files the usual path writes for its rows, or not tried
+    # because the merge before had one thrown away (direct.scattered_before).
+    "directInsertScattered",
     # Source rows whose keys lie outside all the files' ranges (on some key column), so they
     # could match nothing, when the merge counted them (0 otherwise): what tells the next merge
     # whether to bet on the direct write.

@@ -48,7 +48,7 @@ from pyspark.sql.utils import AnalysisException
 
 from . import calls, faults, feed_owner
 from .cdf import ChangesTable, feed_schema, prepare_changes_table, stamp_feed
-from .direct import DirectBet, DirectInsert, direct_insert, write_direct
+from .direct import DirectBet, DirectInsert, direct_insert, scattered_before, write_direct
 from .errors import (
     CastError,
     ConcurrentMergeError,
@@ -304,6 +304,8 @@ def _prepare(
     )
     bounds = within_all_ranges(column_ranges)
     direct = None if dry else direct_insert(spark, plan, bounds, before, raw_source)
+    if scattered_before(before):
+        metrics["directInsertScattered"] = 1  # carried forward (direct.py)
     version = journal.next_version(versions, target.name)
     commit = Commit(
         version,
@@ -410,11 +412,18 @@ def _write_directly(
         if found.staged is not None:
             kept = True
             return staging, found
-        logger.info(
-            "rowmerge: %s: %d source row(s) lie inside the files' ranges; merging as usual",
-            plan.target.name,
-            found.inside_rows,
-        )
+        if found.scattered:
+            metrics["directInsertScattered"] = 1
+            logger.info(
+                "rowmerge: %s: the source's tasks wrote too many small files; merging as usual",
+                plan.target.name,
+            )
+        else:
+            logger.info(
+                "rowmerge: %s: %d source row(s) lie inside the files' ranges; merging as usual",
+                plan.target.name,
+                found.inside_rows,
+            )
     except Exception as exc:  # noqa: BLE001 - the usual path says what is wrong
         logger.info("rowmerge: %s: the direct write failed (%s); merging as usual", plan.target.name, exc)
     finally:
