@@ -21,7 +21,9 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from dbt.adapters.rowmerge.merge import CardinalityViolation, MergeSpecError, run_merge
+from dbt.adapters.rowmerge.merge.direct import DIRECT_SOURCE_BYTES
 from dbt.adapters.rowmerge.merge.rewrite import SINGLE_TASK_ROWS
+from dbt.adapters.rowmerge.merge.source import SOURCE_BROADCAST
 from dbt.adapters.rowmerge.merge.table import HIVE_DEFAULT_PARTITION
 
 from . import oracle
@@ -133,6 +135,18 @@ def create_source(spark: SparkSession, case: Case, name: str, location: str, fro
     spark.read.schema(ddl).parquet(str(folder)).createOrReplaceTempView(name)
 
 
+# A third of the cases (by a hash of the tag) run as if their source were too large for the
+# paths of a small one: not broadcast, so a rewrite joins it through a shuffle and gathers each
+# file's rows back (rewrite.rewritten_rows), and written directly by its own tasks
+# (direct.DIRECT_SOURCE_BYTES 0). Those cases, and those among them written directly.
+LARGE_SOURCE: list[str] = []
+DIRECT_SPREAD: list[str] = []
+
+
+def large_source_for(tag: str) -> bool:
+    return zlib.crc32(f"large_source:{tag}".encode()) % 3 == 0
+
+
 def single_task_rows_for(tag: str) -> int:
     """The single-task limit of the case tagged ``tag``: the engine's default or 0."""
     return SINGLE_TASK_ROWS.get() if zlib.crc32(f"single_task:{tag}".encode()) % 2 else 0
@@ -152,6 +166,11 @@ def run_engine(spark: SparkSession, case: Case, db: str, tag: str) -> Outcome:
     error, detail = None, ""
     RAN.append(tag)
     path = SINGLE_TASK_ROWS.set(single_task_rows_for(tag))
+    large = large_source_for(tag)
+    broadcast = SOURCE_BROADCAST.set(not large)
+    direct_bytes = DIRECT_SOURCE_BYTES.set(0) if large else None
+    if large:
+        LARGE_SOURCE.append(tag)
     try:
         result = run_merge(spark, {**case.spec(target, source, changes), **compaction_for(tag)})
         if result.version >= 1:  # committed a version (a merge that changes nothing does not)
@@ -159,7 +178,7 @@ def run_engine(spark: SparkSession, case: Case, db: str, tag: str) -> Outcome:
         if result.metrics.get("compactVersion"):
             COMPACTED.append(tag)
         if result.metrics.get("directInsert"):
-            DIRECT.append(tag)
+            (DIRECT_SPREAD if large else DIRECT).append(tag)
         if result.metrics.get("directInsertFallback"):
             DIRECT_FALLBACK.append(tag)
         if result.metrics.get("onePass"):
@@ -176,6 +195,9 @@ def run_engine(spark: SparkSession, case: Case, db: str, tag: str) -> Outcome:
         error, detail = f"{type(exc).__name__}", str(exc)[:2000]
     finally:
         SINGLE_TASK_ROWS.reset(path)
+        SOURCE_BROADCAST.reset(broadcast)
+        if direct_bytes is not None:
+            DIRECT_SOURCE_BYTES.reset(direct_bytes)
     spark.catalog.refreshTable(target)
     table = spark.table(target)
     columns = [f.name.lower() for f in table.schema.fields]

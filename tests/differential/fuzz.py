@@ -33,6 +33,8 @@ from tests.differential.compare import (
     COMPACTED,
     DIRECT,
     DIRECT_FALLBACK,
+    DIRECT_SPREAD,
+    LARGE_SOURCE,
     MERGED,
     ONE_PASS_BROADCAST,
     ONE_PASS_LOST,
@@ -186,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(MERGED)} merges; one pass in a single task {len(ONE_PASS_SINGLE_TASK)}, with the source "
         f"broadcast {len(ONE_PASS_BROADCAST)} (inserts rechecked {len(ONE_PASS_RECHECKED)}), "
         f"thrown away {len(ONE_PASS_LOST) + len(ONE_PASS_SCANNED)} "
-        f"(then scanned {len(ONE_PASS_SCANNED)}); written directly {len(DIRECT)} (bet lost "
-        f"{len(DIRECT_FALLBACK)}); {elapsed:.0f}s"
+        f"(then scanned {len(ONE_PASS_SCANNED)}); written directly {len(DIRECT)}, by the source's own "
+        f"tasks {len(DIRECT_SPREAD)} (bet lost {len(DIRECT_FALLBACK)}); {len(LARGE_SOURCE)} cases as large "
+        f"sources (not broadcast), {len(set(LARGE_SOURCE) & set(MERGED))} of them merged; {elapsed:.0f}s"
     )
     return 1 if mismatched or counts["oracle_error"] else 0
 

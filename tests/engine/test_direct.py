@@ -269,12 +269,12 @@ def test_the_change_feed_gets_the_inserts_of_the_same_job(spark, db) -> None:
 @pytest.mark.parametrize(
     "why", ["large_source_partitioned", "no_statistics"], ids=["large_source_partitioned", "orc"]
 )
-def test_no_bet_where_it_does_not_apply(spark, db, monkeypatch, why) -> None:
+def test_no_bet_where_it_does_not_apply(spark, db, request, why) -> None:
     t = f"{db}.t"
     fmt = "orc" if why == "no_statistics" else "parquet"
     if why == "large_source_partitioned":
         # A large source into partitions would leave a file per partition value in every task.
-        monkeypatch.setattr(direct_module, "DIRECT_SOURCE_BYTES", 0)
+        request.getfixturevalue("large_sources")
         create_table(
             spark,
             t,
@@ -293,6 +293,16 @@ def test_no_bet_where_it_does_not_apply(spark, db, monkeypatch, why) -> None:
     assert rows(spark, t) == expected
 
 
+@pytest.fixture
+def large_sources() -> Iterator[None]:
+    """Every source of the test is larger than the direct write takes into one task."""
+    token = direct_module.DIRECT_SOURCE_BYTES.set(0)
+    try:
+        yield
+    finally:
+        direct_module.DIRECT_SOURCE_BYTES.reset(token)
+
+
 def _tasks_view(spark, name: str, first: int, count: int, tasks: int) -> str:
     """A view of ``count`` rows (ids from ``first``) read by ``tasks`` tasks, whose size Spark
     estimates (a range)."""
@@ -308,10 +318,10 @@ def _news(first: int, count: int) -> list[tuple]:
 
 
 @pytest.mark.parametrize("cdf", [False, True], ids=["", "cdf"])
-def test_a_large_source_is_written_by_its_own_tasks_in_one_job(spark, db, monkeypatch, cdf) -> None:
+@pytest.mark.usefixtures("large_sources")
+def test_a_large_source_is_written_by_its_own_tasks_in_one_job(spark, db, cdf) -> None:
     """A source above DIRECT_SOURCE_BYTES is not squeezed into one task: each of its tasks
     writes one file of its rows (and their change rows) in the one job."""
-    monkeypatch.setattr(direct_module, "DIRECT_SOURCE_BYTES", 0)
     t = _table(spark, db)
     before = rows(spark, t)
     spec = {"change_data_feed": {"table": f"{t}__changes"}} if cdf else {}
@@ -329,11 +339,11 @@ def test_a_large_source_is_written_by_its_own_tasks_in_one_job(spark, db, monkey
         assert sorted(tuple(r) for r in feed) == [(i, v, "insert", 1) for i, v in _news(100, 300)]
 
 
-def test_a_scattered_large_source_merges_as_usual_and_is_not_spread_again(spark, db, monkeypatch) -> None:
+@pytest.mark.usefixtures("large_sources")
+def test_a_scattered_large_source_merges_as_usual_and_is_not_spread_again(spark, db) -> None:
     """300 rows are worth one file: written by 3 tasks they would be 3, more than twice that. The
     write is thrown away, the merge runs as usual (one file), and the merges after it do not
     spread such a source again: the flag is carried from merge to merge."""
-    monkeypatch.setattr(direct_module, "DIRECT_SOURCE_BYTES", 0)
     t = _table(spark, db)
     before = rows(spark, t)
     with engine_logs() as logs:

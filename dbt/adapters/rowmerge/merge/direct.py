@@ -37,6 +37,7 @@ A lost bet costs the job that read the source; the usual path's two jobs follow.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
@@ -64,7 +65,8 @@ from .storage import Storage, is_connect
 # A source whose plan Spark estimates at more bytes takes the usual path: the direct write
 # reads it in one task. Spark's estimate of a scan is its files' size (a filter does not lower
 # it), so a source that filters a large table is never read by one task.
-DIRECT_SOURCE_BYTES = 64 * 1024 * 1024
+# (A context variable, so that tests send small sources down the large source's path.)
+DIRECT_SOURCE_BYTES: ContextVar[int] = ContextVar("rowmerge_direct_source_bytes", default=64 * 1024 * 1024)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def direct_insert(
     size, rows = _estimates(raw_source)
     if size < 0:
         return None
-    if size <= DIRECT_SOURCE_BYTES:
+    if size <= DIRECT_SOURCE_BYTES.get():
         return DirectBet(inside, size, rows)
     if plan.target.partition_columns or scattered_before(previous):
         return None

@@ -10,6 +10,7 @@ phase is one Spark job).
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -44,6 +45,9 @@ from .table import read_table, sql_name
 MAX_IN_LIST_VALUES = 1000
 # A source estimated at up to this many bytes is broadcast (see _broadcast_threshold).
 SOURCE_BROADCAST_BYTES = 64 * 1024 * 1024
+# False: no source is broadcast, as with Spark's threshold at -1 (tests send small merges down
+# the path of a source too large to broadcast: the shuffled join's rewrite).
+SOURCE_BROADCAST: ContextVar[bool] = ContextVar("rowmerge_source_broadcast", default=True)
 
 
 @dataclass
@@ -136,6 +140,8 @@ def _broadcast_threshold(spark: SparkSession) -> int:
     the big side: a source of up to 1/16 of the driver's heap (at most
     SOURCE_BROADCAST_BYTES) is worth it. Broadcasting turned off (-1) stays off.
     """
+    if not SOURCE_BROADCAST.get():
+        return -1
     raw = str(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", "10485760b"))
     try:
         jvm: Any = spark._jvm  # type: ignore[attr-defined]
