@@ -17,6 +17,8 @@ from tests.differential.compare import (
     COMPACTED,
     DIRECT,
     DIRECT_FALLBACK,
+    DIRECT_SPREAD,
+    LARGE_SOURCE,
     MERGED,
     ONE_PASS_BROADCAST,
     ONE_PASS_SINGLE_TASK,
@@ -76,11 +78,23 @@ def test_differential_cases_took_both_one_pass_joins():
 
 @pytest.mark.slow
 def test_differential_cases_took_the_direct_write_and_lost_the_bet():
-    """Among the cases above, some merges wrote their inserts directly (direct.py) and some bet
-    and lost (the write discarded, the merge run as usual), so the check covered both: only
-    cases whose source is a Parquet file can bet (compare.source_from_files), and without a
-    history only insert-only merges do: 2 won and 1 lost of the 150 (a 2,000-case `make fuzz`
-    has about 40; tests/engine/test_direct.py bets on chosen merges)."""
+    """Among the cases above, some merges wrote their inserts directly (direct.py), in one task
+    and by the source's own tasks (the cases run as large sources, compare.large_source_for),
+    and some bet and lost (the write discarded, the merge run as usual), so the check covered
+    all three: only cases whose source is a Parquet file can bet (compare.source_from_files),
+    and without a history only insert-only merges do: 1 won in one task, 2 by the source's
+    tasks and 3 lost of the 150 (tests/engine/test_direct.py bets on chosen merges)."""
     if len(RAN) < CASES:
         pytest.skip("run with the differential cases above (the whole module)")
-    assert len(DIRECT) >= 2 and len(DIRECT_FALLBACK) >= 1, (len(DIRECT), len(DIRECT_FALLBACK))
+    counts = (len(DIRECT), len(DIRECT_SPREAD), len(DIRECT_FALLBACK))
+    assert min(counts) >= 1, counts
+
+
+@pytest.mark.slow
+def test_differential_cases_ran_large_sources():
+    """A third of the cases above ran as large sources (not broadcast: a rewrite joins through a
+    shuffle and gathers each file's rows back), and many of them committed a merge: 22 of 58."""
+    if len(RAN) < CASES:
+        pytest.skip("run with the differential cases above (the whole module)")
+    merged = set(LARGE_SOURCE) & set(MERGED)
+    assert len(LARGE_SOURCE) >= CASES // 5 and len(merged) >= 10, (len(LARGE_SOURCE), len(merged))
