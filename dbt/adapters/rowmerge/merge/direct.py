@@ -18,7 +18,9 @@ likely to win and cheap to lose (:func:`direct_insert`):
   before it to tell (version 0, a restore), when the merge is insert-only: so a model whose
   keys fall inside the ranges (random ids) loses the bet once, not every run;
 - the table's files have key ranges (file statistics), the session is classic (observed
-  metrics), and Spark estimates the source's plan (its size).
+  metrics), and Spark estimates the source's plan (its size). A source it cannot estimate (rows
+  built in the driver, an RDD) carries ``spark.sql.defaultSizeInBytes``, the largest long: that
+  is no estimate, and such a source takes the usual path.
 
 A source estimated at most :data:`DIRECT_SOURCE_BYTES` goes out of one task (one file, as the
 usual path writes a small insert). A larger one, into a table without partition columns, is
@@ -115,7 +117,7 @@ def direct_insert(
     if not _outside_before(plan, previous):
         return None
     size, rows = _estimates(raw_source)
-    if size < 0:
+    if size < 0 or size >= _unknown_size(spark):
         return None
     if size <= DIRECT_SOURCE_BYTES.get():
         return DirectBet(inside, size, rows)
@@ -142,6 +144,16 @@ def _outside_before(plan: MergePlan, entry: Entry | None) -> bool:
     m = entry.metrics or {}
     rows = int(m.get("numSourceRows") or 0)
     return rows > 0 and int(m.get("numSourceRowsOutsideRanges") or 0) == rows
+
+
+def _unknown_size(spark: SparkSession) -> int:
+    """The size Spark gives a plan it cannot estimate (``spark.sql.defaultSizeInBytes``, the
+    largest long unless set): rows built in the driver, an RDD. Such a source takes the usual
+    path; it is no evidence of a large one, and its tasks' count says nothing of its rows."""
+    try:
+        return int(str(spark._jsparkSession.sessionState().conf().defaultSizeInBytes()))
+    except Exception:  # noqa: BLE001 - the default
+        return 2**63 - 1
 
 
 def _estimates(df: DataFrame) -> tuple[int, int | None]:
