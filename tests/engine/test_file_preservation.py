@@ -302,3 +302,34 @@ def test_a_shuffled_rewrite_writes_each_touched_file_once(spark, db, clauses, to
         (i, new.get(i, "old")) for i in range(5000) if not (deletes and new.get(i) == "gone")
     ] + inserts
     assert rows(spark, t) == expected
+
+
+def test_a_shuffled_rewrite_writes_its_files_in_as_many_tasks(spark, db):
+    """The rows gathered by file go to as many partitions as files, which adaptive execution
+    (on here, as by default) does not coalesce: three touched files are written by three tasks,
+    not packed into one task that writes them all on one core (as a repartition by the file
+    column alone was, a small rewrite's partitions coalesced)."""
+    t = f"{db}.t"
+    files = [[(i, "old") for i in range(k * 1000, k * 1000 + 1000)] for k in range(5)]
+    create_table(spark, t, "id long, v string", files)
+    changed = [(i, "new") for k in (0, 2, 4) for i in range(k * 1000, k * 1000 + 1000, 2)]
+    src = source_view(spark, f"{db}_src", "id long, v string", changed)
+    assert spark.conf.get("spark.sql.adaptive.coalescePartitions.enabled") == "true"
+    sc = spark.sparkContext
+    group = f"tasks_{db}"
+    threshold = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    sc.setJobGroup(group, "counted")
+    try:
+        with single_task_rows(0):
+            m = merge(spark, t, src, MATCHED_ONLY).metrics
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
+    tracker = sc.statusTracker()
+    last_job = tracker.getJobInfo(max(tracker.getJobIdsForGroup(group)))
+    write_stage = tracker.getStageInfo(max(last_job.stageIds))
+    assert (m["numTargetFilesRemoved"], m["numTargetFilesAdded"]) == (3, 3)
+    assert write_stage.numTasks == 3
+    new = dict(changed)
+    assert rows(spark, t) == [(i, new.get(i, "old")) for i in range(5000)]

@@ -169,6 +169,15 @@ def _task_group() -> Column:
     return F.when(file.isNotNull(), F.xxhash64(file).bitwiseAND(F.lit(2**63 - 1))).alias(TASK_GROUP)
 
 
+def shuffled_join(source: MaterializedSource, single: bool = False) -> bool:
+    """Whether the rewrite joins the source through a shuffle: it is too large to broadcast
+    (``source.broadcastable``) and the join is not the single-task one (``single``:
+    :func:`single_task`). Such a join's tasks hold hash slices of every touched file's rows, so
+    :func:`task_groups` makes each file a group of its own and :func:`rewritten_rows` gathers
+    each file's rows back into one task."""
+    return not (single or source.broadcastable)
+
+
 def single_task(source: MaterializedSource, candidate_rows: int) -> bool:
     """Whether a one-pass merge joins its candidates and source in one task (see
     :func:`single_task_join`): when both together are small enough for one task."""
@@ -314,13 +323,15 @@ def rewritten_rows(
         out = enforce_constraints(plan, out, F.col(UPDATED)).drop(UPDATED)
     if once:
         out = out.dropDuplicates([FILE, ROW])
-    if not source.broadcastable:
+    if shuffled_join(source):
         # A shuffled join leaves every touched file's rows spread over all its tasks, and each
         # task would write a file of every file it holds a slice of (touched files x shuffle
         # partitions of them, key ranges overlapping). Gathered by file, one task writes each
         # file's rows (task_groups made each file a group of its own): one more exchange of
-        # the touched rows, a file count that stays the table's.
-        out = out.repartition(F.col(FILE))
+        # the touched rows, a file count that stays the table's. In as many partitions as
+        # files, a number Spark keeps: by column alone, adaptive execution coalesces the
+        # partitions of a small rewrite into one task, which writes every file on one core.
+        out = out.repartition(max(len(touched), 1), F.col(FILE))
     carried = []
     if grouped:
         out = out.withColumn(TASK_GROUP, _task_group())

@@ -81,6 +81,7 @@ from .rewrite import (
     StagedFile,
     inserts_by_statistics,
     partitions_pruned_by_spark,
+    shuffled_join,
     single_task,
     task_groups,
     write_changes,
@@ -611,7 +612,7 @@ def _merge(
             )
             candidate_rows = sum(commit.skipping.rows[p] for p in files)
             single = single_task(source, candidate_rows)
-            shuffled = not (single or source.broadcastable)
+            shuffled = shuffled_join(source, single)
             groups = task_groups([u for u, _ in pairs], commit.skipping, journal.storage, shuffled)
             observed = OnePass(
                 candidate_rows=candidate_rows,
@@ -673,7 +674,7 @@ def _merge(
             touched = len(scan.touched) if scan else 0
             logger.info("rowmerge: %s: rewriting %d file(s)%s", target.name, touched, extra)
             rewritten = [f.path for f in scan.touched] if scan else []
-            groups = task_groups(rewritten, commit.skipping, journal.storage, not source.broadcastable)
+            groups = task_groups(rewritten, commit.skipping, journal.storage, shuffled_join(source))
             with timed(metrics, "rewriteTimeMs"):
                 staged, removed_rows = write_changes(
                     spark,
