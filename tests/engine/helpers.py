@@ -155,8 +155,8 @@ def merge(
     return run_merge(spark, spec)
 
 
-def spark_jobs(spark: SparkSession, run: Callable[[], T]) -> tuple[T, int]:
-    """(``run()``, the Spark jobs it ran), counted in a job group of its own."""
+def spark_job_ids(spark: SparkSession, run: Callable[[], T]) -> tuple[T, list[int]]:
+    """(``run()``, the ids of the Spark jobs it ran, in order), from a job group of its own."""
     sc = spark.sparkContext
     group = f"counted_{uuid.uuid4().hex}"
     sc.setJobGroup(group, "counted")
@@ -164,7 +164,13 @@ def spark_jobs(spark: SparkSession, run: Callable[[], T]) -> tuple[T, int]:
         result = run()
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
-    return result, len(sc.statusTracker().getJobIdsForGroup(group))
+    return result, sorted(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def spark_jobs(spark: SparkSession, run: Callable[[], T]) -> tuple[T, int]:
+    """(``run()``, the Spark jobs it ran), counted in a job group of its own."""
+    result, ids = spark_job_ids(spark, run)
+    return result, len(ids)
 
 
 def target_scans(spark: SparkSession, folder: str, run: Callable[[], T]) -> tuple[T, int]:

@@ -19,6 +19,7 @@ from tests.engine.helpers import (
     rows,
     single_task_rows,
     source_view,
+    spark_job_ids,
 )
 
 INSERT_ONLY = [{"when": "not_matched", "action": "insert", "values": "*"}]
@@ -227,12 +228,13 @@ def test_a_rewrite_never_writes_a_file_bigger_than_the_largest_it_replaces(spark
 
 
 @contextmanager
-def _shuffled_join(spark):
+def _shuffled_join(spark, coalesce: bool = False):
     """Merges in this block join the source without broadcasting it, in tasks Spark does not
-    coalesce (as a source too large to broadcast is joined at scale)."""
+    coalesce (as a source too large to broadcast is joined at scale); ``coalesce``: in tasks
+    adaptive execution may coalesce, as it does by default."""
     settings = {
         "spark.sql.autoBroadcastJoinThreshold": "-1",
-        "spark.sql.adaptive.coalescePartitions.enabled": "false",
+        "spark.sql.adaptive.coalescePartitions.enabled": str(coalesce).lower(),
     }
     old = {k: spark.conf.get(k) for k in settings}
     for k, v in settings.items():
@@ -314,21 +316,11 @@ def test_a_shuffled_rewrite_writes_its_files_in_as_many_tasks(spark, db):
     create_table(spark, t, "id long, v string", files)
     changed = [(i, "new") for k in (0, 2, 4) for i in range(k * 1000, k * 1000 + 1000, 2)]
     src = source_view(spark, f"{db}_src", "id long, v string", changed)
-    assert spark.conf.get("spark.sql.adaptive.coalescePartitions.enabled") == "true"
-    sc = spark.sparkContext
-    group = f"tasks_{db}"
-    threshold = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
-    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
-    sc.setJobGroup(group, "counted")
-    try:
-        with single_task_rows(0):
-            m = merge(spark, t, src, MATCHED_ONLY).metrics
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
-    tracker = sc.statusTracker()
-    last_job = tracker.getJobInfo(max(tracker.getJobIdsForGroup(group)))
-    write_stage = tracker.getStageInfo(max(last_job.stageIds))
+    with _shuffled_join(spark, coalesce=True):
+        result, jobs = spark_job_ids(spark, lambda: merge(spark, t, src, MATCHED_ONLY))
+    m = result.metrics
+    tracker = spark.sparkContext.statusTracker()
+    write_stage = tracker.getStageInfo(max(tracker.getJobInfo(jobs[-1]).stageIds))
     assert (m["numTargetFilesRemoved"], m["numTargetFilesAdded"]) == (3, 3)
     assert write_stage.numTasks == 3
     new = dict(changed)
