@@ -261,6 +261,23 @@ def folder_digest(root: str) -> dict[str, str] | None:
 
 
 @contextmanager
+def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Set ``conf`` in the shared session for the block, then restore what was there (a key
+    that was not set is unset again)."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+@contextmanager
 def single_task_rows(limit: int) -> Iterator[None]:
     """Merges in this block join in a single task up to ``limit`` rows (0: never)."""
     token = SINGLE_TASK_ROWS.set(limit)

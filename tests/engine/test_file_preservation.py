@@ -17,6 +17,7 @@ from tests.engine.helpers import (
     merge,
     new_files,
     rows,
+    session_conf,
     single_task_rows,
     source_view,
     spark_job_ids,
@@ -236,15 +237,8 @@ def _shuffled_join(spark, coalesce: bool = False):
         "spark.sql.autoBroadcastJoinThreshold": "-1",
         "spark.sql.adaptive.coalescePartitions.enabled": str(coalesce).lower(),
     }
-    old = {k: spark.conf.get(k) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
-    try:
-        with single_task_rows(0):
-            yield
-    finally:
-        for k, v in old.items():
-            spark.conf.set(k, v)
+    with session_conf(spark, settings), single_task_rows(0):
+        yield
 
 
 def _id_ranges(paths) -> list[tuple[int, int, int]]:

@@ -26,8 +26,7 @@ it.) Each trial merges into a fresh target, a copy of one that was never merged 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from dbt.adapters.rowmerge.merge import run as run_module
 from dbt.adapters.rowmerge.merge.faults import FAULT_TRACE_ENV
 from dbt.adapters.rowmerge.merge.journal import LOG_DIR, STAGING_DIR, Entry, Journal
 from dbt.adapters.rowmerge.merge.storage import STORAGE_CONF, HadoopStorage
+from tests.engine.helpers import session_conf
 from tests.reliability.harness import (
     APPLIED_STEP,
     BEFORE_COMMIT,
@@ -75,22 +75,6 @@ CASES = [("upsert", "hadoop"), ("nmbs_partitioned", "arrow")]
 # suites run so too). The commit of each shape moves and deletes as many files either way,
 # and the steps are taken from a run under the same settings.
 TINY_TABLES = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
-
-
-@contextmanager
-def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
-    """Set ``conf`` in the shared session for the block, then restore what was there."""
-    before = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, old in before.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
 
 
 @dataclass(frozen=True)
@@ -137,7 +121,7 @@ def test_apply_refused_step_is_named_left_unapplied_and_recovered(
     storage: str,
 ) -> None:
     shape = SHAPES[shape_name]
-    with _session_conf(spark, {STORAGE_CONF: storage, **TINY_TABLES}):
+    with session_conf(spark, {STORAGE_CONF: storage, **TINY_TABLES}):
         # The steps of the merge's commit, from its uninterrupted run.
         ref = reference(shape)
         steps = ref.steps
