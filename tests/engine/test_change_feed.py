@@ -26,6 +26,7 @@ from tests.engine.helpers import (
     merge,
     partitions,
     rows,
+    session_conf,
     single_task_rows,
     source_view,
     table_dir,
@@ -385,13 +386,9 @@ def test_cdf_rows_come_from_the_data_write_which_reads_the_touched_files_once(sp
             extra = feed(t) if with_feed else {}
             run = lambda t=t, src=src, extra=extra: merge(spark, t, src, UPSERT, **extra)  # noqa: E731
             own = with_feed and not single_task  # the session's own setting stands
-            if own:
-                spark.conf.set(CONCURRENT_WRITERS_CONF, "3")
-            try:
+            with session_conf(spark, {CONCURRENT_WRITERS_CONF: "3"} if own else {}):
                 result, scans[with_feed] = target_scans(spark, table_dir(spark, t), run)
                 assert spark.conf.get(CONCURRENT_WRITERS_CONF) == ("3" if own else "0")
-            finally:
-                spark.conf.unset(CONCURRENT_WRITERS_CONF)
             assert result.metrics["onePass"] == 1
             assert result.metrics["onePassSingleTask"] == int(single_task)
             assert rows(spark, t) == [(1, "A"), (2, "b"), (3, "c"), (4, "D"), (7, "g"), (9, "z")]

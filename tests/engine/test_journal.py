@@ -41,6 +41,7 @@ from tests.engine.helpers import (
     merge,
     partitions,
     rows,
+    session_conf,
     source_view,
     table_dir,
 )
@@ -50,9 +51,8 @@ from tests.engine.helpers import (
 def storage_kind(spark, request) -> Iterator[str]:
     """Every journal test on both storages: Hadoop's (session mode) and pyarrow.fs (what a
     Spark Connect client uses); the engine picks it from the session conf."""
-    spark.conf.set(STORAGE_CONF, request.param)
-    yield request.param
-    spark.conf.unset(STORAGE_CONF)
+    with session_conf(spark, {STORAGE_CONF: request.param}):
+        yield request.param
 
 
 class SimulatedCrash(BaseException):

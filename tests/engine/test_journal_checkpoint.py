@@ -20,7 +20,7 @@ from dbt.adapters.rowmerge.merge import dry_run, start_history
 from dbt.adapters.rowmerge.merge import journal as journal_module
 from dbt.adapters.rowmerge.merge.journal import checkpoint as checkpoint_module
 from dbt.adapters.rowmerge.merge.storage import STORAGE_CONF
-from tests.engine.helpers import UPSERT, file_snapshot, files_of, merge, rows, source_view
+from tests.engine.helpers import UPSERT, file_snapshot, files_of, merge, rows, session_conf, source_view
 from tests.engine.test_file_skipping import four_files, garbled
 from tests.engine.test_journal import log_dir
 
@@ -32,9 +32,8 @@ ORIGINAL = [(1, "a", 1), (2, "b", 1), (3, "c", 1), (4, "d", 1), (5, "e", 2), (6,
 def storage_kind(spark, request, monkeypatch) -> Iterator[str]:
     """On both storages (session mode's Hadoop, and pyarrow.fs as a Connect client uses)."""
     monkeypatch.setattr(checkpoint_module, "CHECKPOINT_INTERVAL", 2)
-    spark.conf.set(STORAGE_CONF, request.param)
-    yield request.param
-    spark.conf.unset(STORAGE_CONF)
+    with session_conf(spark, {STORAGE_CONF: request.param}):
+        yield request.param
 
 
 def checkpoint(spark, t: str, version: int) -> Path:

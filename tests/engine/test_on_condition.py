@@ -13,7 +13,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.engine.helpers import UPSERT, create_table, merge, rows, source_view
+from tests.engine.helpers import UPSERT, create_table, merge, rows, session_conf, source_view
 
 
 def test_on_or_without_parentheses_follows_sql_precedence_for_delete(spark, db):
@@ -104,10 +104,8 @@ def test_on_expression_keys_and_aliases_in_upper_case(spark, db):
 @pytest.fixture
 def no_broadcast(spark) -> Iterator[None]:
     """Force shuffle joins: the source is not broadcast (a large source's code path)."""
-    old = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
-    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
-    yield
-    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", old)
+    with session_conf(spark, {"spark.sql.autoBroadcastJoinThreshold": "-1"}):
+        yield
 
 
 def test_on_shuffle_join_path_gives_same_result(spark, db, no_broadcast):

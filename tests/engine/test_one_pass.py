@@ -30,6 +30,7 @@ from tests.engine.helpers import (
     kept_files,
     merge,
     rows,
+    session_conf,
     single_task_rows,
     sorted_rows,
     source_view,
@@ -389,12 +390,8 @@ def test_files_with_an_untouched_one_between_them_are_rewritten_apart(spark, db,
     keys = [(3, "A"), (205, "C"), (403, "E"), (505, "F"), (250, "new")]
     src = source_view(spark, f"{db}_src", "id long, v string", keys)
     # as with files of megabytes on two cores: Spark packs the small touched files into tasks
-    spark.conf.set("spark.sql.files.minPartitionNum", "1")
-    try:
-        with single_task_rows(limit):
-            m = merge(spark, t, src, UPSERT, auto_compact=False, **extra).metrics
-    finally:
-        spark.conf.unset("spark.sql.files.minPartitionNum")
+    with session_conf(spark, {"spark.sql.files.minPartitionNum": "1"}), single_task_rows(limit):
+        m = merge(spark, t, src, UPSERT, auto_compact=False, **extra).metrics
     assert (m["onePass"], m["onePassSingleTask"], m["numTargetFilesRemoved"]) == (1, int(limit > 0), 4)
     assert (m["numTargetRowsUpdated"], m["numTargetRowsInserted"]) == (4, 1)
     assert kept_files(before, file_snapshot(spark, t)) == untouched
@@ -431,12 +428,8 @@ def test_a_partitioned_table_keeps_each_partitions_files_apart(spark, db) -> Non
     create_table(spark, t, "id long, v string, day int", files, partition_by=["day"])
     keys = [(1001, "A", 1), (1201, "B", 1), (2002, "C", 2), (2202, "D", 2)]
     src = source_view(spark, f"{db}_src", "id long, v string, day int", keys)
-    spark.conf.set("spark.sql.files.minPartitionNum", "1")
-    try:
-        with single_task_rows(0):
-            m = merge(spark, t, src, UPSERT, auto_compact=False).metrics
-    finally:
-        spark.conf.unset("spark.sql.files.minPartitionNum")
+    with session_conf(spark, {"spark.sql.files.minPartitionNum": "1"}), single_task_rows(0):
+        m = merge(spark, t, src, UPSERT, auto_compact=False).metrics
     assert (m["onePass"], m["numTargetFilesRemoved"], m["numTargetRowsUpdated"]) == (1, 4, 4)
     found = spark.table(t).groupBy("_metadata.file_path", "day").agg(F.min("id"), F.max("id"))
     ranges = sorted((r[2], r[3], r[0].split("/")[-2]) for r in found.collect())
@@ -520,18 +513,14 @@ def test_the_single_task_join_stays_in_one_task_whatever_spark_estimates(spark, 
     planned with that limit lifted, and the session's own setting is back afterwards."""
     t = four_files(spark, db)
     src = source_view(spark, f"{db}_src", "id long, v string", [(1, "A"), (4, "D"), (9, "i")])
-    spark.conf.set("spark.sql.sources.fileCompressionFactor", "1000000000")
-    try:
+    with session_conf(spark, {"spark.sql.sources.fileCompressionFactor": "1000000000"}):
         result, jobs = spark_jobs(spark, lambda: merge(spark, t, src, UPSERT, auto_compact=False))
         assert spark.conf.get(SINGLE_PARTITION_CONF) == SINGLE_PARTITION_DEFAULT
         # A session that sets its own limit keeps it: Spark then shuffles, the rows are the same.
-        spark.conf.set(SINGLE_PARTITION_CONF, "1k")
         src2 = source_view(spark, f"{db}_src2", "id long, v string", [(1, "A2"), (4, "D2")])
-        shuffled, jobs2 = spark_jobs(spark, lambda: merge(spark, t, src2, UPSERT, auto_compact=False))
-        assert spark.conf.get(SINGLE_PARTITION_CONF) == "1k"
-    finally:
-        spark.conf.unset("spark.sql.sources.fileCompressionFactor")
-        spark.conf.unset(SINGLE_PARTITION_CONF)
+        with session_conf(spark, {SINGLE_PARTITION_CONF: "1k"}):
+            shuffled, jobs2 = spark_jobs(spark, lambda: merge(spark, t, src2, UPSERT, auto_compact=False))
+            assert spark.conf.get(SINGLE_PARTITION_CONF) == "1k"
     assert (result.metrics["onePassSingleTask"], jobs) == (1, 2)
     assert (shuffled.metrics["onePassSingleTask"], shuffled.metrics["onePassFallback"]) == (1, 0)
     assert jobs2 > 2  # the exchanges' stages

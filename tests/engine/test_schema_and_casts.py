@@ -21,6 +21,7 @@ from tests.engine.helpers import (
     merge,
     new_files,
     rows,
+    session_conf,
     source_view,
     table_state,
 )
@@ -467,12 +468,9 @@ def test_cast_struct_field_names_in_other_letter_case_refused_when_case_sensitiv
     create_table(spark, t, "id long, k struct<a:int,b:string>", [[(1, (1, "x"))]])
     before = table_state(spark, t)
     src = source_view(spark, f"{db}_src", "id long", [(1,)])
-    spark.conf.set("spark.sql.caseSensitive", "true")
-    try:
+    with session_conf(spark, {"spark.sql.caseSensitive": "true"}):
         with pytest.raises(MergeSpecError) as info:
             merge(spark, t, src, _set(k="named_struct('A', 1, 'b', 'x')"))
-    finally:
-        spark.conf.unset("spark.sql.caseSensitive")
     assert (
         "column 'k' has struct fields (a, b) but the value has (A, b): missing a; not in the column: A"
         in str(info.value)
@@ -491,14 +489,11 @@ def test_star_takes_the_source_column_of_the_exact_name_when_case_sensitive(spar
     column v, as Spark's own MERGE does (it once took whichever of the two came last)."""
     t = f"{db}.t"
     create_table(spark, t, "id long, v string", [[(1, "a")]])
-    spark.conf.set("spark.sql.caseSensitive", "true")
-    try:
+    with session_conf(spark, {"spark.sql.caseSensitive": "true"}):
         src = source_view(
             spark, f"{db}_src", "id long, v string, V string", [(1, "new", "junk"), (2, "ins", "x")]
         )
         merge(spark, t, src, STAR_UPSERT)
-    finally:
-        spark.conf.unset("spark.sql.caseSensitive")
     assert rows(spark, t) == [(1, "new"), (2, "ins")]
 
 
@@ -506,13 +501,10 @@ def test_star_refuses_case_twins_none_of_which_has_the_exact_name_when_case_sens
     t = f"{db}.t"
     create_table(spark, t, "id long, val string", [[(1, "a")]])
     before = table_state(spark, t)
-    spark.conf.set("spark.sql.caseSensitive", "true")
-    try:
+    with session_conf(spark, {"spark.sql.caseSensitive": "true"}):
         src = source_view(spark, f"{db}_src", "id long, Val string, VAL string", [(1, "x", "y")])
         with pytest.raises(MergeSpecError) as info:
             merge(spark, t, src, STAR_UPSERT)
-    finally:
-        spark.conf.unset("spark.sql.caseSensitive")
     found = (
         "`{}: *` finds source columns Val, VAL for target column 'val' and none of them has its exact name"
     )
@@ -569,15 +561,12 @@ def test_a_session_that_reads_timestamp_as_ntz_keeps_the_tables_timestamp_type(s
         },
         {"when": "not_matched", "action": "insert", "values": "*"},
     ]
-    spark.conf.set("spark.sql.timestampType", "TIMESTAMP_NTZ")
-    try:
+    with session_conf(spark, {"spark.sql.timestampType": "TIMESTAMP_NTZ"}):
         merge(spark, t, src, clauses, schema_evolution=True)
         types = dict(spark.table(t).dtypes)
         written = {
             path: dict(spark.read.parquet(path).dtypes) for path in new_files(before, file_snapshot(spark, t))
         }
-    finally:
-        spark.conf.unset("spark.sql.timestampType")
     assert (types["at"], types["c"]) == ("timestamp", "timestamp")
     assert written and all((d["at"], d["c"]) == ("timestamp", "timestamp") for d in written.values()), written
     assert rows(spark, t) == [

@@ -18,6 +18,7 @@ from dbt.adapters.rowmerge.merge import UnsupportedTableError
 from dbt.adapters.rowmerge.merge import storage_arrow as arrow_module
 from dbt.adapters.rowmerge.merge.storage import STORAGE_CONF, HadoopStorage, storage_for
 from dbt.adapters.rowmerge.merge.storage_arrow import ArrowStorage
+from tests.engine.helpers import session_conf
 
 TRICKY = ["plain", "a b", "50%", "x#y", "q?r", "é:ü", "[1]", "a+b&c=d", "it's", "tab\tx", "日本"]
 
@@ -186,18 +187,13 @@ def test_footers_agree_with_hadoop(
 
 
 def test_storage_for_follows_the_session_conf(spark: SparkSession) -> None:
-    try:
-        assert isinstance(storage_for(spark), HadoopStorage)
-        spark.conf.set(STORAGE_CONF, "arrow")
-        spark.conf.set("spark.rowmerge.storage.s3.region", "eu-west-1")
+    assert isinstance(storage_for(spark), HadoopStorage)
+    with session_conf(spark, {STORAGE_CONF: "arrow", "spark.rowmerge.storage.s3.region": "eu-west-1"}):
         chosen = storage_for(spark)
         assert isinstance(chosen, ArrowStorage) and chosen._options == {"s3": {"region": "eu-west-1"}}
-        spark.conf.set(STORAGE_CONF, "ftp")
+    with session_conf(spark, {STORAGE_CONF: "ftp"}):
         with pytest.raises(UnsupportedTableError, match=r"spark.rowmerge.storage='ftp' is not a storage"):
             storage_for(spark)
-    finally:
-        spark.conf.unset(STORAGE_CONF)
-        spark.conf.unset("spark.rowmerge.storage.s3.region")
 
 
 def test_unknown_scheme_is_named(arrow: ArrowStorage) -> None:

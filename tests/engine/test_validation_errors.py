@@ -15,7 +15,7 @@ from dbt.adapters.rowmerge.merge import (
     run_merge,
     start_history,
 )
-from tests.engine.helpers import create_table, merge, source_view, table_state
+from tests.engine.helpers import create_table, merge, session_conf, source_view, table_state
 
 STAR_UPDATE = {"when": "matched", "action": "update", "set": "*"}
 STAR_INSERT = {"when": "not_matched", "action": "insert", "values": "*"}
@@ -366,14 +366,11 @@ def test_spec_session_reading_string_literals_as_spark_1_6_is_refused(spark, db)
     create_table(spark, t, "id long, v string, n int", [[(1, "a", 1), (2, "b", 2)], [(3, "c", 3)]])
     before = table_state(spark, t)
     src = source_view(spark, f"{db}_src", "id long, v string, n int", [(1, "A", 10), (4, "D", 40)])
-    spark.conf.set("spark.sql.parser.escapedStringLiterals", "true")
-    try:
+    with session_conf(spark, {"spark.sql.parser.escapedStringLiterals": "true"}):
         with pytest.raises(MergeSpecError) as merged:
             merge(spark, t, src, [STAR_UPDATE])
         with pytest.raises(MergeSpecError) as optimized:
             optimize(spark, t)
-    finally:
-        spark.conf.unset("spark.sql.parser.escapedStringLiterals")
     problem = (
         "the session sets spark.sql.parser.escapedStringLiterals=true (string literals read as Spark 1.6 "
         "did, backslashes kept), under which the string literals row_level_merge writes would mean other "

@@ -37,7 +37,7 @@ from dbt.adapters.rowmerge.merge.storage import (
 )
 from dbt.adapters.rowmerge.merge.storage_arrow import ArrowStorage
 from dbt.adapters.rowmerge.merge.table import describe_table, register_partitions, sql_name
-from tests.engine.helpers import create_table
+from tests.engine.helpers import create_table, session_conf
 from tests.reliability.victim import MASTER_ENV, STORAGE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
@@ -592,13 +592,10 @@ def fault_injection_test(
 
     @pytest.mark.slow
     def test(spark: SparkSession, rdb: str, tmp_path: Path, java_opts: str, record_property: Any) -> None:
-        spark.conf.set(STORAGE_CONF, storage)
-        try:
+        with session_conf(spark, {STORAGE_CONF: storage}):
             counts = run_fault_injection(
                 spark, rdb, tmp_path, java_opts, SHAPES[shape_name], compaction=compaction
             )
-        finally:
-            spark.conf.unset(STORAGE_CONF)
         record_property("reliability", {**counts, f"fault_trials_{storage}_storage": counts["fault_trials"]})
         assert (counts["rows_lost"], counts["rows_duplicated"]) == (0, 0)
 
